@@ -1,0 +1,1 @@
+//! Backend interface and the CPU backend

@@ -1,0 +1,1 @@
+//! Generation: sampling, stop conditions, the decode loop

@@ -1,0 +1,1 @@
+//! The qwen3next forward pass

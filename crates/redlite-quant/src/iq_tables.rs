@@ -1,0 +1,1 @@
+//! Grid and sign tables of the IQ types (from ggml-common.h).

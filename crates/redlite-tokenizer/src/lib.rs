@@ -1,0 +1,1 @@
+//! Byte-level BPE from GGUF, chat templates, tool-call parsing
