@@ -1,1 +1,50 @@
-fn main() {}
+//! `redlite`: run Qwen3-Next / Qwen3-Coder-Next GGUF models.
+
+use clap::{Parser, Subcommand};
+
+mod cmd_inspect;
+mod cmd_logits;
+mod cmd_run;
+mod cmd_synth;
+mod cmd_tokenize;
+
+#[derive(Parser)]
+#[command(
+    name = "redlite",
+    version,
+    about = "Red Lite: a fast engine for Qwen3-Coder-Next GGUF models",
+    long_about = "Red Lite runs Qwen3-Next / Qwen3-Coder-Next models from the GGUF files llama.cpp uses.\n\nStart with `redlite synth --preset tiny -o tiny.gguf` and `redlite run tiny.gguf -p \"def main\"`,\nor point `redlite run` at a downloaded Qwen3-Coder-Next GGUF."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a GGUF file is: architecture, hyper-parameters, tokenizer, tensors by type.
+    Inspect(cmd_inspect::Args),
+    /// Tokenize text with a model's tokenizer and print ids and pieces.
+    Tokenize(cmd_tokenize::Args),
+    /// Compute logits for a list of token ids and save them as .npy.
+    Logits(cmd_logits::Args),
+    /// Generate text from a prompt.
+    Run(cmd_run::Args),
+    /// Write a model with random weights (for tests, demos and benchmarks).
+    Synth(cmd_synth::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Tokenize(a) => cmd_tokenize::run(a),
+        Command::Logits(a) => cmd_logits::run(a),
+        Command::Run(a) => cmd_run::run(a),
+        Command::Synth(a) => cmd_synth::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
