@@ -1,32 +1,713 @@
-#![allow(non_upper_case_globals)]
-//! STUB: being written; every kernel here is a placeholder that must be replaced.
+//! 2-bit lattice formats IQ2_XXS, IQ2_XS, IQ2_S (256-value super-blocks).
+//!
+//! Every group of 8 weights is one entry of an E8-lattice grid (values
+//! 8, 25, 43) with 8 sign bits, times a sub-block scale
+//! `d·(0.5 + s)·0.25`. Layouts (ggml-common.h):
+//!
+//! * IQ2_XXS, 66 bytes: `d: f16`, then 8 × (`u32` of four grid indices,
+//!   `u32` of four 7-bit sign indices and a 4-bit scale in the top bits).
+//! * IQ2_XS, 74 bytes: `d: f16`, 32 × `u16` (9-bit grid index, 7-bit sign
+//!   index), 8 bytes of two 4-bit scales (one per 16 weights).
+//! * IQ2_S, 82 bytes: `d: f16`, 32 grid-index low bytes, 32 sign bytes,
+//!   8 bytes of 2-bit index highs, 8 bytes of two 4-bit scales.
+//!
+//! The scalar dequantizers follow gguf-py's float operation order exactly:
+//! `db = d * (0.5 + s) * 0.25`, then `db * grid`, then the sign.
 
+use crate::iq_tables::{iq2s_grid, iq2xs_grid, iq2xxs_grid, ksigns_iq2xs};
+use crate::util::{dot_via_dequant, f16_at, u16_at, u32_at};
 use crate::{GgmlType, TypeKernels};
 
-fn unimplemented_dequant(_: &[u8], _: &mut [f32]) {
-    unimplemented!("kernel not written yet")
-}
-fn unimplemented_dot(_: &[u8], _: &[f32]) -> f32 {
-    unimplemented!("kernel not written yet")
-}
+const QK: usize = 256;
+const IQ2XXS_BYTES: usize = 66;
+const IQ2XS_BYTES: usize = 74;
+const IQ2S_BYTES: usize = 82;
+
 pub static IQ2_XXS: TypeKernels = TypeKernels {
     ty: GgmlType::IQ2_XXS,
-    dequant: unimplemented_dequant,
-    dot_scalar: unimplemented_dot,
-    dot_avx2: None,
-    dot_avx512: None,
+    dequant: dequant_iq2xxs,
+    dot_scalar: dot_iq2xxs,
+    dot_avx2: x86::IQ2XXS_AVX2,
+    dot_avx512: x86::IQ2XXS_AVX512,
 };
 pub static IQ2_XS: TypeKernels = TypeKernels {
     ty: GgmlType::IQ2_XS,
-    dequant: unimplemented_dequant,
-    dot_scalar: unimplemented_dot,
-    dot_avx2: None,
-    dot_avx512: None,
+    dequant: dequant_iq2xs,
+    dot_scalar: dot_iq2xs,
+    dot_avx2: x86::IQ2XS_AVX2,
+    dot_avx512: x86::IQ2XS_AVX512,
 };
 pub static IQ2_S: TypeKernels = TypeKernels {
     ty: GgmlType::IQ2_S,
-    dequant: unimplemented_dequant,
-    dot_scalar: unimplemented_dot,
-    dot_avx2: None,
-    dot_avx512: None,
+    dequant: dequant_iq2s,
+    dot_scalar: dot_iq2s,
+    dot_avx2: x86::IQ2S_AVX2,
+    dot_avx512: x86::IQ2S_AVX512,
 };
+
+/// Value `j` of a packed grid entry (one signed byte per value).
+#[inline(always)]
+pub(crate) fn grid_val(g: u64, j: usize) -> f32 {
+    (g >> (8 * j)) as u8 as i8 as f32
+}
+
+/// `out[j] = ±(db * grid[j])`, negated where bit `j` of `signs` is set.
+#[inline(always)]
+pub(crate) fn put8_signed(out: &mut [f32], db: f32, g: u64, signs: u8) {
+    for (j, o) in out[..8].iter_mut().enumerate() {
+        let v = db * grid_val(g, j);
+        *o = if (signs >> j) & 1 != 0 { -v } else { v };
+    }
+}
+
+/// The two 16-weight scales of 32 weights packed in one byte.
+#[inline(always)]
+fn nibble_scales(d: f32, sc: u8) -> [f32; 2] {
+    [
+        d * (0.5 + (sc & 15) as f32) * 0.25,
+        d * (0.5 + (sc >> 4) as f32) * 0.25,
+    ]
+}
+
+fn deq_iq2xxs_block(b: &[u8], out: &mut [f32; QK]) {
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let aux0 = u32_at(b, 2 + 8 * ib);
+        let aux1 = u32_at(b, 6 + 8 * ib);
+        let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
+        for l in 0..4 {
+            let g = iq2xxs_grid[((aux0 >> (8 * l)) & 255) as usize];
+            let s = ksigns_iq2xs[((aux1 >> (7 * l)) & 127) as usize];
+            put8_signed(&mut out[32 * ib + 8 * l..], db, g, s);
+        }
+    }
+}
+
+fn deq_iq2xs_block(b: &[u8], out: &mut [f32; QK]) {
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let db = nibble_scales(d, b[66 + ib]);
+        for l in 0..4 {
+            let q = u16_at(b, 2 + 2 * (4 * ib + l));
+            let g = iq2xs_grid[(q & 511) as usize];
+            let s = ksigns_iq2xs[(q >> 9) as usize];
+            put8_signed(&mut out[32 * ib + 8 * l..], db[l / 2], g, s);
+        }
+    }
+}
+
+fn deq_iq2s_block(b: &[u8], out: &mut [f32; QK]) {
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let db = nibble_scales(d, b[74 + ib]);
+        let qh = b[66 + ib] as usize;
+        for l in 0..4 {
+            let k = 4 * ib + l;
+            let idx = b[2 + k] as usize | (((qh >> (2 * l)) & 3) << 8);
+            put8_signed(&mut out[8 * k..], db[l / 2], iq2s_grid[idx], b[34 + k]);
+        }
+    }
+}
+
+macro_rules! scalar_kernels {
+    ($deq:ident, $dot:ident, $block:ident, $bytes:expr) => {
+        fn $deq(data: &[u8], out: &mut [f32]) {
+            for (b, o) in data.chunks_exact($bytes).zip(out.chunks_exact_mut(QK)) {
+                let mut buf = [0f32; QK];
+                $block(b, &mut buf);
+                o.copy_from_slice(&buf);
+            }
+        }
+        fn $dot(data: &[u8], x: &[f32]) -> f32 {
+            dot_via_dequant::<QK>(data, x, $bytes, $block)
+        }
+    };
+}
+pub(crate) use scalar_kernels;
+
+scalar_kernels!(dequant_iq2xxs, dot_iq2xxs, deq_iq2xxs_block, IQ2XXS_BYTES);
+scalar_kernels!(dequant_iq2xs, dot_iq2xs, deq_iq2xs_block, IQ2XS_BYTES);
+scalar_kernels!(dequant_iq2s, dot_iq2s, deq_iq2s_block, IQ2S_BYTES);
+
+/// x86-64 building blocks shared by the lattice kernels (IQ1, IQ2, IQ3).
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod simd {
+    use std::arch::x86_64::*;
+
+    /// Safe `DotFn` wrappers around `#[target_feature]` kernels.
+    macro_rules! wrappers {
+        ($($name:ident => $kernel:ident, $feat:tt;)*) => {$(
+            fn $name(data: &[u8], x: &[f32]) -> f32 {
+                debug_assert!(std::is_x86_feature_detected!($feat));
+                // SAFETY: this function is only reachable through the
+                // `dot_avx2` / `dot_avx512` slots, which are called only when
+                // the CPU has the kernel's target features.
+                unsafe { $kernel(data, x) }
+            }
+        )*};
+    }
+    pub(crate) use wrappers;
+
+    /// Sign-bit masks: entry `s` has lane `j` = 0x8000_0000 when bit `j` of `s` is set.
+    #[repr(C, align(64))]
+    pub(crate) struct SignMasks(pub [[u32; 8]; 256]);
+
+    pub(crate) static SIGN_MASKS: SignMasks = SignMasks(build_sign_masks());
+
+    const fn build_sign_masks() -> [[u32; 8]; 256] {
+        let mut t = [[0u32; 8]; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut j = 0;
+            while j < 8 {
+                if (i >> j) & 1 != 0 {
+                    t[i][j] = 0x8000_0000;
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// `ksigns_iq2xs[i]`: the 7 bits of `i` plus a parity bit making the count even.
+    #[inline(always)]
+    pub(crate) const fn ksign(i: u32) -> u32 {
+        let i = i & 127;
+        i | ((i.count_ones() & 1) << 7)
+    }
+
+    /// One f16 scale at `p`.
+    ///
+    /// # Safety
+    /// `p` must be valid for reading 2 bytes.
+    #[inline(always)]
+    pub(crate) unsafe fn f16_ptr(p: *const u8) -> f32 {
+        half::f16::from_bits(u16::from_le_bytes([*p, *p.add(1)])).to_f32()
+    }
+
+    /// Little-endian u16 / u32 at `p` (unaligned).
+    ///
+    /// # Safety
+    /// `p` must be valid for reading 2 (resp. 4) bytes.
+    #[inline(always)]
+    pub(crate) unsafe fn rd16(p: *const u8) -> u32 {
+        u16::from_le(p.cast::<u16>().read_unaligned()) as u32
+    }
+    /// # Safety
+    /// See [`rd16`].
+    #[inline(always)]
+    pub(crate) unsafe fn rd32(p: *const u8) -> u32 {
+        u32::from_le(p.cast::<u32>().read_unaligned())
+    }
+
+    /// The 8 signed-byte values of a grid entry as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn grid8(g: u64) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(g as i64)))
+    }
+
+    /// A grid entry with lane `j` negated where bit `j` of `s` is set.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn signed8(g: u64, s: u32) -> __m256 {
+        let m = _mm256_load_si256(SIGN_MASKS.0[(s & 255) as usize].as_ptr().cast());
+        _mm256_xor_ps(grid8(g), _mm256_castsi256_ps(m))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn hsum8(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Two grid entries (16 values) as f32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    pub(crate) unsafe fn grid16(g0: u64, g1: u64) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x(g1 as i64, g0 as i64)))
+    }
+
+    /// Two grid entries with lane `j` negated where bit `j` of `s` is set.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    pub(crate) unsafe fn signed16(g0: u64, g1: u64, s: u32) -> __m512 {
+        let w = grid16(g0, g1);
+        _mm512_mask_sub_ps(w, s as __mmask16, _mm512_setzero_ps(), w)
+    }
+}
+
+/// Fast paths. The wrappers are installed only in `dot_avx2` / `dot_avx512`,
+/// which lib.rs calls only on CPUs with those features.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::simd::*;
+    use super::*;
+    use crate::DotFn;
+    use std::arch::x86_64::*;
+
+    pub(super) const IQ2XXS_AVX2: Option<DotFn> = Some(iq2xxs_avx2);
+    pub(super) const IQ2XXS_AVX512: Option<DotFn> = Some(iq2xxs_avx512);
+    pub(super) const IQ2XS_AVX2: Option<DotFn> = Some(iq2xs_avx2);
+    pub(super) const IQ2XS_AVX512: Option<DotFn> = Some(iq2xs_avx512);
+    pub(super) const IQ2S_AVX2: Option<DotFn> = Some(iq2s_avx2);
+    pub(super) const IQ2S_AVX512: Option<DotFn> = Some(iq2s_avx512);
+
+    wrappers! {
+        iq2xxs_avx2 => k_iq2xxs_avx2, "avx2";
+        iq2xxs_avx512 => k_iq2xxs_avx512, "avx512bw";
+        iq2xs_avx2 => k_iq2xs_avx2, "avx2";
+        iq2xs_avx512 => k_iq2xs_avx512, "avx512bw";
+        iq2s_avx2 => k_iq2s_avx2, "avx2";
+        iq2s_avx512 => k_iq2s_avx512, "avx512bw";
+    }
+
+    /// # Safety
+    /// CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn k_iq2xxs_avx2(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2XXS_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_XXS dot: length mismatch");
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2XXS_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let aux0 = rd32(b.add(2 + 8 * ib));
+                let aux1 = rd32(b.add(6 + 8 * ib));
+                let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
+                let xp = xb.add(32 * ib);
+                let mut t = _mm256_setzero_ps();
+                for l in 0..4 {
+                    let g = iq2xxs_grid[((aux0 >> (8 * l)) & 255) as usize];
+                    let w = signed8(g, ksign(aux1 >> (7 * l)));
+                    t = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t);
+                }
+                acc[ib & 1] = _mm256_fmadd_ps(t, _mm256_set1_ps(db), acc[ib & 1]);
+            }
+        }
+        hsum8(_mm256_add_ps(acc[0], acc[1]))
+    }
+
+    /// # Safety
+    /// CPU must have AVX-512 F/BW/VL, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn k_iq2xxs_avx512(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2XXS_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_XXS dot: length mismatch");
+        let mut acc = [_mm512_setzero_ps(); 2];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2XXS_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let aux0 = rd32(b.add(2 + 8 * ib));
+                let aux1 = rd32(b.add(6 + 8 * ib));
+                let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
+                let xp = xb.add(32 * ib);
+                let g = |l: u32| iq2xxs_grid[((aux0 >> (8 * l)) & 255) as usize];
+                let s0 = ksign(aux1) | (ksign(aux1 >> 7) << 8);
+                let s1 = ksign(aux1 >> 14) | (ksign(aux1 >> 21) << 8);
+                let t = _mm512_mul_ps(signed16(g(0), g(1), s0), _mm512_loadu_ps(xp));
+                let t = _mm512_fmadd_ps(signed16(g(2), g(3), s1), _mm512_loadu_ps(xp.add(16)), t);
+                acc[ib & 1] = _mm512_fmadd_ps(t, _mm512_set1_ps(db), acc[ib & 1]);
+            }
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+    }
+
+    /// # Safety
+    /// CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn k_iq2xs_avx2(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2XS_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2XS_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let db = nibble_scales(d, *b.add(66 + ib));
+                for h in 0..2 {
+                    let k = 4 * ib + 2 * h;
+                    let q0 = rd16(b.add(2 + 2 * k));
+                    let q1 = rd16(b.add(4 + 2 * k));
+                    let xp = xb.add(8 * k);
+                    let w0 = signed8(iq2xs_grid[(q0 & 511) as usize], ksign(q0 >> 9));
+                    let w1 = signed8(iq2xs_grid[(q1 & 511) as usize], ksign(q1 >> 9));
+                    let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
+                    let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
+                    acc[h] = _mm256_fmadd_ps(t, _mm256_set1_ps(db[h]), acc[h]);
+                }
+            }
+        }
+        hsum8(_mm256_add_ps(acc[0], acc[1]))
+    }
+
+    /// # Safety
+    /// CPU must have AVX-512 F/BW/VL, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn k_iq2xs_avx512(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2XS_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2XS_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let db = nibble_scales(d, *b.add(66 + ib));
+                for h in 0..2 {
+                    let k = 4 * ib + 2 * h;
+                    let q = rd32(b.add(2 + 2 * k));
+                    let (q0, q1) = (q & 0xffff, q >> 16);
+                    let s = ksign(q0 >> 9) | (ksign(q1 >> 9) << 8);
+                    let w = signed16(
+                        iq2xs_grid[(q0 & 511) as usize],
+                        iq2xs_grid[(q1 & 511) as usize],
+                        s,
+                    );
+                    let w = _mm512_mul_ps(w, _mm512_set1_ps(db[h]));
+                    let a = &mut acc[(ib & 1) * 2 + h];
+                    *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(8 * k)), *a);
+                }
+            }
+        }
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        _mm512_reduce_add_ps(s)
+    }
+
+    /// # Safety
+    /// CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn k_iq2s_avx2(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2S_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_S dot: length mismatch");
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2S_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let db = nibble_scales(d, *b.add(74 + ib));
+                let qh = *b.add(66 + ib) as usize;
+                for h in 0..2 {
+                    let k = 4 * ib + 2 * h;
+                    let i0 = *b.add(2 + k) as usize | (((qh >> (4 * h)) & 3) << 8);
+                    let i1 = *b.add(3 + k) as usize | (((qh >> (4 * h + 2)) & 3) << 8);
+                    let w0 = signed8(iq2s_grid[i0 & 1023], *b.add(34 + k) as u32);
+                    let w1 = signed8(iq2s_grid[i1 & 1023], *b.add(35 + k) as u32);
+                    let xp = xb.add(8 * k);
+                    let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
+                    let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
+                    acc[h] = _mm256_fmadd_ps(t, _mm256_set1_ps(db[h]), acc[h]);
+                }
+            }
+        }
+        hsum8(_mm256_add_ps(acc[0], acc[1]))
+    }
+
+    /// # Safety
+    /// CPU must have AVX-512 F/BW/VL, AVX2 and FMA.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    unsafe fn k_iq2s_avx512(data: &[u8], x: &[f32]) -> f32 {
+        let nb = data.len() / IQ2S_BYTES;
+        assert_eq!(x.len(), nb * QK, "IQ2_S dot: length mismatch");
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for i in 0..nb {
+            let b = data.as_ptr().add(i * IQ2S_BYTES);
+            let xb = x.as_ptr().add(i * QK);
+            let d = f16_ptr(b);
+            for ib in 0..8 {
+                let db = nibble_scales(d, *b.add(74 + ib));
+                let qh = *b.add(66 + ib) as usize;
+                for h in 0..2 {
+                    let k = 4 * ib + 2 * h;
+                    let i0 = *b.add(2 + k) as usize | (((qh >> (4 * h)) & 3) << 8);
+                    let i1 = *b.add(3 + k) as usize | (((qh >> (4 * h + 2)) & 3) << 8);
+                    let w = signed16(
+                        iq2s_grid[i0 & 1023],
+                        iq2s_grid[i1 & 1023],
+                        rd16(b.add(34 + k)),
+                    );
+                    let w = _mm512_mul_ps(w, _mm512_set1_ps(db[h]));
+                    let a = &mut acc[(ib & 1) * 2 + h];
+                    *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(8 * k)), *a);
+                }
+            }
+        }
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        _mm512_reduce_add_ps(s)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    use crate::DotFn;
+    pub(super) const IQ2XXS_AVX2: Option<DotFn> = None;
+    pub(super) const IQ2XXS_AVX512: Option<DotFn> = None;
+    pub(super) const IQ2XS_AVX2: Option<DotFn> = None;
+    pub(super) const IQ2XS_AVX512: Option<DotFn> = None;
+    pub(super) const IQ2S_AVX2: Option<DotFn> = None;
+    pub(super) const IQ2S_AVX512: Option<DotFn> = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn ksign_parity_matches_table() {
+        for i in 0..128u32 {
+            assert_eq!(simd::ksign(i), ksigns_iq2xs[i as usize] as u32, "index {i}");
+        }
+    }
+
+    #[test]
+    fn iq2xxs_random_blocks_match_gguf_py() {
+        check_random_vs_python(&IQ2_XXS, 48, 1);
+    }
+    #[test]
+    fn iq2xs_random_blocks_match_gguf_py() {
+        check_random_vs_python(&IQ2_XS, 48, 2);
+    }
+    #[test]
+    fn iq2s_random_blocks_match_gguf_py() {
+        check_random_vs_python(&IQ2_S, 48, 3);
+    }
+    #[test]
+    fn iq2_fixture_tensors_match_gguf_py() {
+        check_fixture_vs_python(&IQ2_XS, "tiny-s-IQ2_XS.gguf");
+        check_fixture_vs_python(&IQ2_XXS, "tiny-s-IQ1_M.gguf");
+        check_fixture_vs_python(&IQ2_S, "tiny-s-IQ3_XXS.gguf");
+    }
+    #[test]
+    fn iq2_simd_matches_scalar() {
+        check_simd_vs_scalar(&IQ2_XXS, 4);
+        check_simd_vs_scalar(&IQ2_XS, 5);
+        check_simd_vs_scalar(&IQ2_S, 6);
+    }
+}
+
+/// Test helpers shared by the lattice-format tests (IQ1, IQ2, IQ3): random
+/// blocks, the gguf-py oracle, fixture tensors and SIMD-vs-scalar checks.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::{detected_isa, GgmlType, Isa, TypeKernels};
+    use std::io::Write;
+    use std::path::PathBuf;
+    use std::process::{Command, Stdio};
+
+    fn workspace_root() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// The reference interpreter: `$REDLITE_PYTHON`, else the workspace venv, else `python3`.
+    pub fn python() -> PathBuf {
+        if let Some(p) = std::env::var_os("REDLITE_PYTHON") {
+            return PathBuf::from(p);
+        }
+        let venv = workspace_root().join(".venv/bin/python");
+        if venv.exists() {
+            return venv;
+        }
+        PathBuf::from("python3")
+    }
+
+    /// The fixtures directory: `$REDLITE_FIXTURES`, else `<workspace>/../shared/fixtures`.
+    pub fn fixtures_dir() -> PathBuf {
+        let dir = match std::env::var_os("REDLITE_FIXTURES") {
+            Some(d) => PathBuf::from(d),
+            None => workspace_root().join("../shared/fixtures"),
+        };
+        assert!(
+            dir.join("README.md").exists(),
+            "fixtures not found at {} (set REDLITE_FIXTURES)",
+            dir.display()
+        );
+        dir
+    }
+
+    const DEQUANT_PY: &str = "\
+import sys
+import numpy as np
+from gguf import quants, GGMLQuantizationType
+raw = np.frombuffer(sys.stdin.buffer.read(), dtype=np.uint8)
+out = quants.dequantize(raw, GGMLQuantizationType[sys.argv[1]])
+sys.stdout.buffer.write(np.ascontiguousarray(out, dtype=np.float32).tobytes())
+";
+
+    /// `gguf.quants.dequantize` of whole blocks of `ty`.
+    pub fn python_dequant(ty: GgmlType, data: &[u8]) -> Vec<f32> {
+        let mut child = Command::new(python())
+            .args(["-c", DEQUANT_PY, ty.name()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the reference Python");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(data)
+            .expect("write blocks to Python");
+        let out = child.wait_with_output().expect("run the reference Python");
+        assert!(
+            out.status.success(),
+            "gguf-py dequantize failed for {}",
+            ty.name()
+        );
+        out.stdout
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    pub struct Rng(u64);
+    impl Rng {
+        pub fn new(seed: u64) -> Rng {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// Uniform in [-1, 1).
+        pub fn unit(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+        /// A finite f16 scale of either sign, magnitude about 2^-10 .. 2^5.
+        pub fn f16_scale(&mut self) -> u16 {
+            let r = self.next();
+            let exp = 5 + (r % 16) as u16;
+            ((r >> 8) as u16 & 0x8000) | (exp << 10) | ((r >> 20) as u16 & 0x3ff)
+        }
+    }
+
+    /// `n` random blocks of `ty` with valid (finite) scales.
+    pub fn random_blocks(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+        let ts = ty.type_size();
+        let mut data: Vec<u8> = (0..n * ts).map(|_| rng.next() as u8).collect();
+        for b in data.chunks_exact_mut(ts) {
+            let d = rng.f16_scale();
+            if ty == GgmlType::IQ1_M {
+                // The f16 scale lives in the top nibbles of the four scale words.
+                for k in 0..4 {
+                    let off = 48 + 2 * k + 1;
+                    b[off] = (b[off] & 0x0f) | ((((d >> (4 * k)) & 15) as u8) << 4);
+                }
+            } else {
+                b[..2].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+        data
+    }
+
+    pub fn random_x(n: usize, rng: &mut Rng) -> Vec<f32> {
+        (0..n).map(|_| rng.unit()).collect()
+    }
+
+    fn assert_bits_eq(k: &TypeKernels, what: &str, ours: &[f32], theirs: &[f32]) {
+        assert_eq!(ours.len(), theirs.len(), "{} {what}: length", k.ty.name());
+        for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{} {what}: value {i} (block {}): ours {a} gguf-py {b}",
+                k.ty.name(),
+                i / k.ty.block_size()
+            );
+        }
+    }
+
+    /// Dequantize with our scalar reference and with gguf-py; also check the
+    /// scalar dot against an f64 dot of gguf-py's weights.
+    fn check_vs_python(k: &TypeKernels, what: &str, data: &[u8], rng: &mut Rng) {
+        let n = data.len() / k.ty.type_size() * k.ty.block_size();
+        let theirs = python_dequant(k.ty, data);
+        let mut ours = vec![f32::NAN; n];
+        (k.dequant)(data, &mut ours);
+        assert_bits_eq(k, what, &ours, &theirs);
+
+        let x = random_x(n, rng);
+        let exact: f64 = theirs
+            .iter()
+            .zip(&x)
+            .map(|(w, v)| *w as f64 * *v as f64)
+            .sum();
+        let mag: f64 = theirs
+            .iter()
+            .zip(&x)
+            .map(|(w, v)| (*w as f64 * *v as f64).abs())
+            .sum();
+        let got = (k.dot_scalar)(data, &x) as f64;
+        assert!(
+            (got - exact).abs() <= 1e-5 * mag + 1e-6,
+            "{} {what}: scalar dot {got} vs {exact}",
+            k.ty.name()
+        );
+    }
+
+    pub fn check_random_vs_python(k: &TypeKernels, n_blocks: usize, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let data = random_blocks(k.ty, n_blocks, &mut rng);
+        check_vs_python(k, "random blocks", &data, &mut rng);
+    }
+
+    /// Every tensor of type `k.ty` in a fixture (at most 64 blocks of each).
+    pub fn check_fixture_vs_python(k: &TypeKernels, file: &str) {
+        let path = fixtures_dir().join(file);
+        let f = redlite_gguf::GgufFile::open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let ts = k.ty.type_size();
+        let mut data = Vec::new();
+        let mut count = 0;
+        for t in f.tensors.iter().filter(|t| t.ggml_type == k.ty) {
+            let bytes = f.tensor_data(t);
+            data.extend_from_slice(&bytes[..bytes.len().min(64 * ts)]);
+            count += 1;
+        }
+        assert!(count > 0, "{file} has no {} tensor", k.ty.name());
+        let mut rng = Rng::new(count as u64);
+        check_vs_python(k, file, &data, &mut rng);
+    }
+
+    /// Every fast path this CPU can run against the scalar twin.
+    pub fn check_simd_vs_scalar(k: &TypeKernels, seed: u64) {
+        let mut paths = Vec::new();
+        if detected_isa() >= Isa::Avx2 {
+            paths.push(("avx2", k.dot_avx2));
+        }
+        if detected_isa() >= Isa::Avx512 {
+            paths.push(("avx512", k.dot_avx512));
+        }
+        let mut rng = Rng::new(seed);
+        for n_blocks in [1, 2, 7, 16] {
+            let data = random_blocks(k.ty, n_blocks, &mut rng);
+            let n = n_blocks * k.ty.block_size();
+            let x = random_x(n, &mut rng);
+            let mut w = vec![0f32; n];
+            (k.dequant)(&data, &mut w);
+            let mag: f32 = w.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            let want = (k.dot_scalar)(&data, &x);
+            for (name, f) in &paths {
+                let f = f.unwrap_or_else(|| panic!("{}: no {name} kernel", k.ty.name()));
+                let got = f(&data, &x);
+                assert!(
+                    (got - want).abs() <= 1e-4 * mag + 1e-6,
+                    "{} {name} {n_blocks} blocks: {got} vs scalar {want} (sum |w x| {mag})",
+                    k.ty.name()
+                );
+            }
+        }
+    }
+}
