@@ -1,1 +1,174 @@
-//! Backend interface and the CPU backend
+//! Backend interface and the CPU backend.
+//!
+//! A [`Backend`] runs the numeric operations of the forward pass: matrix
+//! products against quantized weights (read in their stored format, never
+//! dequantized as a whole), normalisations, the causal convolution, the gated
+//! delta rule and causal attention. Activations are f32 throughout; see
+//! [`CpuBackend`] for the multi-threaded CPU implementation.
+
+use redlite_gguf::GgmlType;
+use redlite_quant::{DequantFn, DotFn};
+
+pub mod cpu;
+pub mod simd;
+
+pub use cpu::CpuBackend;
+
+/// Errors of the backend (only shape/type problems a caller can cause).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("tensor type {0} has no kernels")]
+    Unsupported(GgmlType),
+    #[error("{ty} weight {n_out}x{n_in}: {msg}")]
+    Shape {
+        ty: GgmlType,
+        n_in: usize,
+        n_out: usize,
+        msg: String,
+    },
+}
+
+/// A matrix weight in its stored (possibly quantized) format: `n_out` rows of
+/// `n_in` values, row `o` contiguous (ggml `{n_in, n_out}`).
+#[derive(Clone, Copy)]
+pub struct QMat<'a> {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub data: &'a [u8],
+    row_bytes: usize,
+    dot: DotFn,
+    dequant: DequantFn,
+}
+
+impl<'a> QMat<'a> {
+    /// Check the type has kernels and the bytes hold exactly `n_out` whole rows.
+    pub fn new(
+        ty: GgmlType,
+        n_in: usize,
+        n_out: usize,
+        data: &'a [u8],
+    ) -> Result<QMat<'a>, BackendError> {
+        let k = redlite_quant::kernels(ty).ok_or(BackendError::Unsupported(ty))?;
+        let dot = redlite_quant::dot_fn(ty).ok_or(BackendError::Unsupported(ty))?;
+        let shape_err = |msg: String| BackendError::Shape {
+            ty,
+            n_in,
+            n_out,
+            msg,
+        };
+        let row_bytes = ty
+            .row_bytes(n_in as u64)
+            .ok_or_else(|| shape_err("row length is not a whole number of blocks".into()))?
+            as usize;
+        if row_bytes.checked_mul(n_out) != Some(data.len()) {
+            return Err(shape_err(format!(
+                "{} bytes given, {} expected",
+                data.len(),
+                row_bytes.saturating_mul(n_out)
+            )));
+        }
+        Ok(QMat {
+            ty,
+            n_in,
+            n_out,
+            data,
+            row_bytes,
+            dot,
+            dequant: k.dequant,
+        })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The stored bytes of row `o`.
+    pub fn row(&self, o: usize) -> &'a [u8] {
+        &self.data[o * self.row_bytes..(o + 1) * self.row_bytes]
+    }
+
+    /// `Σ_i W[o][i]·x[i]` with the type's fastest dot kernel.
+    pub fn dot_row(&self, o: usize, x: &[f32]) -> f32 {
+        (self.dot)(self.row(o), x)
+    }
+
+    /// Dequantize row `o` into `out` (`n_in` values).
+    pub fn dequant_row(&self, o: usize, out: &mut [f32]) {
+        (self.dequant)(self.row(o), out)
+    }
+}
+
+/// Inputs of the gated delta rule for one sequence, laid out per token.
+///
+/// `q`, `k`: `[T, h_k, d_k]` (q already L2-normed and scaled, k L2-normed);
+/// `v`: `[T, h_v, d_v]`; `beta`, `g`: `[T, h_v]`. Value head `h` reads key
+/// head `h / (h_v / h_k)`.
+pub struct DeltaInputs<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub beta: &'a [f32],
+    pub g: &'a [f32],
+    pub n_tok: usize,
+    pub h_k: usize,
+    pub h_v: usize,
+    pub d_k: usize,
+    pub d_v: usize,
+}
+
+/// Shapes of one causal attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    /// New query tokens.
+    pub n_tok: usize,
+    /// Absolute position of the first query token; the cache holds positions
+    /// `0 .. pos0 + n_tok`.
+    pub pos0: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+/// The operations of the forward pass. All buffers are f32, row-major.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> String;
+
+    /// `y[t][o] = Σ_i W[o][i]·x[t][i]` for `t < n_tok`; `x` is `[n_tok, n_in]`,
+    /// `y` is `[n_tok, n_out]`. Weights are read once per batch.
+    fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]);
+
+    /// In place: each row of `dim` values becomes `x / sqrt(mean(x²) + eps) ⊙ w`
+    /// (`w = None`: no weight).
+    fn rms_norm(&self, x: &mut [f32], dim: usize, w: Option<&[f32]>, eps: f32);
+
+    /// Causal depthwise convolution with SiLU over `n_tok` tokens of
+    /// `channels` values. `state` is `[channels, k-1]` (oldest first, updated
+    /// to the last `k-1` inputs); `w` is `[channels, k]` (tap `k-1` multiplies
+    /// the current token). Writes `out` `[n_tok, channels]`.
+    fn ssm_conv_silu(
+        &self,
+        x: &[f32],
+        n_tok: usize,
+        channels: usize,
+        kernel: usize,
+        w: &[f32],
+        state: &mut [f32],
+        out: &mut [f32],
+    );
+
+    /// The gated delta rule over a batch (chunked form, chunk 64) with the
+    /// recurrent state `state` `[h_v, d_v, d_k]` (row `j` of head `h` holds
+    /// `S_h[:, j]`). Writes `out` `[T, h_v, d_v]` and updates the state.
+    fn delta_rule_chunked(&self, inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32]);
+
+    /// The same, one token at a time (the recurrence).
+    fn delta_rule_recurrent(&self, inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32]);
+
+    /// Causal softmax attention. `q` is `[n_tok, n_head, head_dim]`; the caches
+    /// `k`, `v` are `[pos0 + n_tok, n_head_kv, head_dim]`. Query head `h` uses
+    /// KV head `h / (n_head / n_head_kv)`. Writes `out` `[n_tok, n_head, head_dim]`.
+    fn attention(&self, s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]);
+}

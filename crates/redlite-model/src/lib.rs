@@ -1,1 +1,132 @@
-//! The qwen3next forward pass
+//! The qwen3next forward pass (Qwen3-Next / Qwen3-Coder-Next) from GGUF.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), redlite_model::ModelError> {
+//! let model = redlite_model::Model::load(std::path::Path::new("model.gguf"))?;
+//! let mut state = model.new_state();
+//! let logits = model.forward(&mut state, &[1, 2, 3], false)?; // [vocab]
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redlite_backend::{Backend, CpuBackend};
+use redlite_gguf::{GgufError, GgufFile};
+
+mod config;
+mod qwen3next;
+mod weights;
+
+pub use config::Config;
+pub use qwen3next::State;
+
+/// Everything that can go wrong loading or running a model. Every load error
+/// names the file and the tensor or metadata key concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{}: unsupported architecture {arch:?} (this engine runs qwen3next)", path.display())]
+    Architecture { path: PathBuf, arch: String },
+    #[error("{}: metadata key {key}: {msg}", path.display())]
+    Key {
+        path: PathBuf,
+        key: String,
+        msg: String,
+    },
+    #[error("{}: tensor {tensor}: {msg}", path.display())]
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        msg: String,
+    },
+    #[error("token id {token} at index {index} is outside the vocabulary ({vocab} tokens)")]
+    Token {
+        token: u32,
+        index: usize,
+        vocab: usize,
+    },
+    #[error("invalid input: {0}")]
+    Input(String),
+    #[error("backend: {0}")]
+    Backend(String),
+}
+
+/// Receives named intermediate tensors during a forward pass (llama.cpp
+/// callback names, e.g. `attn_norm-3`): `data` is `[rows, cols]` row-major.
+pub trait Trace {
+    fn tensor(&mut self, name: &str, rows: usize, cols: usize, data: &[f32]);
+}
+
+/// A loaded model: the memory-mapped GGUF, the parsed hyper-parameters and a
+/// backend.
+pub struct Model {
+    gguf: GgufFile,
+    config: Config,
+    weights: weights::Weights,
+    backend: Arc<dyn Backend>,
+}
+
+impl Model {
+    /// Memory-map and validate a qwen3next GGUF, with a CPU backend on all cores.
+    pub fn load(path: &Path) -> Result<Model, ModelError> {
+        let backend = CpuBackend::new(None).map_err(|e| ModelError::Backend(e.to_string()))?;
+        Self::load_with_backend(path, Arc::new(backend))
+    }
+
+    /// Memory-map and validate a qwen3next GGUF, computing on `backend`.
+    pub fn load_with_backend(path: &Path, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
+        let gguf = GgufFile::open(path)?;
+        let config = Config::from_gguf(&gguf)?;
+        let weights = weights::Weights::load(&gguf, &config)?;
+        Ok(Model {
+            gguf,
+            config,
+            weights,
+            backend,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The GGUF file (metadata, tokenizer tables).
+    pub fn gguf(&self) -> &GgufFile {
+        &self.gguf
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// A fresh per-sequence state (position 0, zero recurrent/conv state,
+    /// empty KV cache).
+    pub fn new_state(&self) -> State {
+        State::new(&self.config)
+    }
+
+    /// Feed `tokens` (one batch) at the state's position and advance it.
+    /// Returns `[T, vocab]` logits if `all_logits`, else the last position's
+    /// `[vocab]`.
+    pub fn forward(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.forward_traced(state, tokens, all_logits, None)
+    }
+
+    /// [`Model::forward`], reporting named intermediates to `trace`.
+    pub fn forward_traced(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        all_logits: bool,
+        trace: Option<&mut dyn Trace>,
+    ) -> Result<Vec<f32>, ModelError> {
+        qwen3next::forward(self, state, tokens, all_logits, trace)
+    }
+}

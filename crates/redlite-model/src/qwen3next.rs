@@ -1,0 +1,495 @@
+//! The qwen3next forward pass, in the order of the block diagram:
+//!
+//! ```text
+//! embeddings
+//! per layer:  RMSNorm → Gated DeltaNet | gated full attention → +residual
+//!             RMSNorm → MoE (softmax router, top-k renormalised, SwiGLU experts,
+//!                            shared expert with sigmoid gate)  → +residual
+//! RMSNorm → LM head
+//! ```
+//!
+//! One call processes a batch of T tokens of one sequence: projections are
+//! matrix-matrix products over the batch, the DeltaNet uses the chunked delta
+//! rule (T > 1) or the recurrence (T = 1), attention is causal over the
+//! cache. Activations are f32 everywhere.
+
+use redlite_backend::{AttnShape, Backend, DeltaInputs};
+
+use crate::config::Config;
+use crate::weights::{expert, qmat, AttnW, DeltaNetW, Mixer, MoeW};
+use crate::{Model, ModelError, Trace};
+
+/// Per-layer state of one sequence.
+#[derive(Clone, Debug)]
+enum LayerState {
+    /// Conv state `[conv_dim, K−1]` and recurrent state `[H_v, d_v, d_k]`.
+    DeltaNet { conv: Vec<f32>, ssm: Vec<f32> },
+    /// KV cache `[pos, n_head_kv, head_dim]` (post-norm, post-RoPE keys).
+    Attention { k: Vec<f32>, v: Vec<f32> },
+}
+
+/// The state of one sequence: position, DeltaNet conv/recurrent states and
+/// the attention KV cache (f32). Cloning forks the sequence.
+#[derive(Clone, Debug)]
+pub struct State {
+    pos: usize,
+    layers: Vec<LayerState>,
+}
+
+impl State {
+    pub(crate) fn new(c: &Config) -> State {
+        let layers = c
+            .recurrent
+            .iter()
+            .map(|&rec| {
+                if rec {
+                    LayerState::DeltaNet {
+                        conv: vec![0.0; c.conv_dim() * (c.conv_kernel - 1)],
+                        ssm: vec![0.0; c.ssm_h_v * c.ssm_d_v * c.ssm_d_k],
+                    }
+                } else {
+                    LayerState::Attention {
+                        k: Vec::new(),
+                        v: Vec::new(),
+                    }
+                }
+            })
+            .collect();
+        State { pos: 0, layers }
+    }
+
+    /// Tokens consumed so far (the position of the next token).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
+/// Optional sink for named intermediates.
+struct Tr<'a>(Option<&'a mut dyn Trace>);
+
+impl Tr<'_> {
+    fn put(&mut self, name: &str, il: Option<usize>, rows: usize, data: &[f32]) {
+        if let Some(t) = self.0.as_deref_mut() {
+            let cols = if rows == 0 { 0 } else { data.len() / rows };
+            match il {
+                Some(il) => t.tensor(&format!("{name}-{il}"), rows, cols, data),
+                None => t.tensor(name, rows, cols, data),
+            }
+        }
+    }
+}
+
+#[inline]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[inline]
+fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// softplus with the threshold of ggml and torch (x > 20 → x).
+#[inline]
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+/// `Y = W·X` over a batch: `x` is `[t, n_in]`, the result `[t, n_out]`.
+fn linear(
+    be: &dyn Backend,
+    w: &redlite_backend::QMat<'_>,
+    x: &[f32],
+    t: usize,
+) -> Vec<f32> {
+    let mut y = vec![0f32; t * w.n_out];
+    be.matmul(w, x, t, &mut y);
+    y
+}
+
+pub(crate) fn forward(
+    model: &Model,
+    state: &mut State,
+    tokens: &[u32],
+    all_logits: bool,
+    trace: Option<&mut dyn Trace>,
+) -> Result<Vec<f32>, ModelError> {
+    let c = &model.config;
+    let w = &model.weights;
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let mut tr = Tr(trace);
+    if tokens.is_empty() {
+        return Err(ModelError::Input("forward called with no tokens".into()));
+    }
+    if state.layers.len() != c.n_layer {
+        return Err(ModelError::Input(format!(
+            "the state has {} layers but the model {}",
+            state.layers.len(),
+            c.n_layer
+        )));
+    }
+    if let Some((index, &token)) = tokens
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= c.vocab_size)
+    {
+        return Err(ModelError::Token {
+            token,
+            index,
+            vocab: c.vocab_size,
+        });
+    }
+    let t = tokens.len();
+    let d = c.n_embd;
+    let eps = c.rms_eps;
+
+    // Embeddings: one dequantized row per token.
+    let emb = qmat(f, &w.token_embd)?;
+    let mut x = vec![0f32; t * d];
+    for (i, &tok) in tokens.iter().enumerate() {
+        emb.dequant_row(tok as usize, &mut x[i * d..(i + 1) * d]);
+    }
+    tr.put("inp_embd", None, t, &x);
+
+    for (il, layer) in w.layers.iter().enumerate() {
+        // Token mixer.
+        let mut h = x.clone();
+        be.rms_norm(&mut h, d, Some(&layer.attn_norm), eps);
+        tr.put("attn_norm", Some(il), t, &h);
+        let m = match (&layer.mixer, &mut state.layers[il]) {
+            (Mixer::DeltaNet(dw), LayerState::DeltaNet { conv, ssm }) => {
+                deltanet(model, dw, conv, ssm, &h, t, il, &mut tr)?
+            }
+            (Mixer::Attention(aw), LayerState::Attention { k, v }) => {
+                attention(model, aw, k, v, state.pos, &h, t, il, &mut tr)?
+            }
+            _ => {
+                return Err(ModelError::Input(format!(
+                    "the state's layer {il} is of the wrong kind for this model"
+                )))
+            }
+        };
+        add_into(&mut x, &m);
+        tr.put("attn_residual", Some(il), t, &x);
+
+        // MoE feed-forward.
+        let mut h2 = x.clone();
+        be.rms_norm(&mut h2, d, Some(&layer.post_norm), eps);
+        tr.put("attn_post_norm", Some(il), t, &h2);
+        let y = moe(model, &layer.moe, &h2, t, il, &mut tr)?;
+        tr.put("ffn_out", Some(il), t, &y);
+        add_into(&mut x, &y);
+        tr.put("l_out", Some(il), t, &x);
+    }
+
+    // Final norm and LM head (only the rows whose logits are wanted).
+    let (mut y, rows) = if all_logits {
+        (x, t)
+    } else {
+        (x[(t - 1) * d..].to_vec(), 1)
+    };
+    be.rms_norm(&mut y, d, Some(&w.output_norm), eps);
+    tr.put("result_norm", None, rows, &y);
+    let logits = linear(be, &qmat(f, &w.output)?, &y, rows);
+    tr.put("result_output", None, rows, &logits);
+    state.pos += t;
+    Ok(logits)
+}
+
+/// Gated DeltaNet over a batch of `t` tokens; returns `[t, D]`.
+#[allow(clippy::too_many_arguments)]
+fn deltanet(
+    model: &Model,
+    w: &DeltaNetW,
+    conv_state: &mut [f32],
+    ssm_state: &mut [f32],
+    h: &[f32],
+    t: usize,
+    il: usize,
+    tr: &mut Tr<'_>,
+) -> Result<Vec<f32>, ModelError> {
+    let c = &model.config;
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let (hk, hv, dk, dv) = (c.ssm_h_k, c.ssm_h_v, c.ssm_d_k, c.ssm_d_v);
+    let r = hv / hk;
+    let conv_dim = c.conv_dim();
+    let key_dim = c.key_dim();
+    let value_dim = c.value_dim();
+
+    // Projections: qkv (pre-conv), z (output gate), b/a.
+    let qkv = linear(be, &qmat(f, &w.qkv)?, h, t);
+    tr.put("linear_attn_qkv_mixed", Some(il), t, &qkv);
+    let z = linear(be, &qmat(f, &w.gate)?, h, t);
+    tr.put("z", Some(il), t, &z);
+    let ba = linear(be, &qmat(f, &w.ba)?, h, t);
+
+    // β = sigmoid(b), g = ssm_a · softplus(a + dt_bias); ba is grouped per key head.
+    let mut beta = vec![0f32; t * hv];
+    let mut g = vec![0f32; t * hv];
+    for tt in 0..t {
+        let row = &ba[tt * 2 * hv..(tt + 1) * 2 * hv];
+        for head in 0..hv {
+            let ib = 2 * r * (head / r) + head % r;
+            beta[tt * hv + head] = sigmoid(row[ib]);
+            g[tt * hv + head] = w.ssm_a[head] * softplus(row[ib + r] + w.dt_bias[head]);
+        }
+    }
+    tr.put("beta", Some(il), t, &beta);
+    tr.put("gate", Some(il), t, &g);
+
+    // Causal conv (kernel K) + SiLU, carrying the last K−1 inputs.
+    let mut u = vec![0f32; t * conv_dim];
+    be.ssm_conv_silu(&qkv, t, conv_dim, c.conv_kernel, &w.conv, conv_state, &mut u);
+    tr.put("conv_output_silu", Some(il), t, &u);
+
+    // Split q | k | v; L2-normalise q and k per key head; scale q by 1/sqrt(d_k).
+    let mut q = vec![0f32; t * key_dim];
+    let mut k = vec![0f32; t * key_dim];
+    let mut v = vec![0f32; t * value_dim];
+    for tt in 0..t {
+        let row = &u[tt * conv_dim..(tt + 1) * conv_dim];
+        q[tt * key_dim..(tt + 1) * key_dim].copy_from_slice(&row[..key_dim]);
+        k[tt * key_dim..(tt + 1) * key_dim].copy_from_slice(&row[key_dim..2 * key_dim]);
+        v[tt * value_dim..(tt + 1) * value_dim].copy_from_slice(&row[2 * key_dim..]);
+    }
+    let q_scale = 1.0 / (dk as f64).sqrt();
+    l2_norm_rows(&mut q, dk, c.rms_eps, q_scale);
+    l2_norm_rows(&mut k, dk, c.rms_eps, 1.0);
+    tr.put("q_conv_predelta", Some(il), t, &q);
+    tr.put("k_conv_predelta", Some(il), t, &k);
+    tr.put("v_conv_predelta", Some(il), t, &v);
+
+    // Gated delta rule, one state per value head.
+    let inp = DeltaInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        beta: &beta,
+        g: &g,
+        n_tok: t,
+        h_k: hk,
+        h_v: hv,
+        d_k: dk,
+        d_v: dv,
+    };
+    let mut o = vec![0f32; t * value_dim];
+    if t == 1 {
+        be.delta_rule_recurrent(&inp, ssm_state, &mut o);
+    } else {
+        be.delta_rule_chunked(&inp, ssm_state, &mut o);
+    }
+    tr.put("attn_output", Some(il), t, &o);
+
+    // Gated RMSNorm per value head: norm(o) ⊙ ssm_norm ⊙ silu(z).
+    be.rms_norm(&mut o, dv, Some(&w.norm), c.rms_eps);
+    o.iter_mut().zip(&z).for_each(|(a, zz)| *a *= silu(*zz));
+    tr.put("final_output", Some(il), t, &o);
+
+    let out = linear(be, &qmat(f, &w.out)?, &o, t);
+    tr.put("linear_attn_out", Some(il), t, &out);
+    Ok(out)
+}
+
+/// `x / sqrt(Σx² + eps) · scale` for each row of `dim` values.
+fn l2_norm_rows(x: &mut [f32], dim: usize, eps: f32, scale: f64) {
+    for row in x.chunks_mut(dim) {
+        let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+        let s = (scale / (ss + eps as f64).sqrt()) as f32;
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+}
+
+/// Partial NeoX RoPE in place on `[heads, head_dim]` at position `pos`:
+/// pairs `(i, i + n_rot/2)` for `i < n_rot/2`; dims from `n_rot` pass through.
+fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, theta: f32, pos: usize) {
+    let half = n_rot / 2;
+    for i in 0..half {
+        let freq = (theta as f64).powf(-2.0 * i as f64 / n_rot as f64);
+        let (sin, cos) = (pos as f64 * freq).sin_cos();
+        let (sin, cos) = (sin as f32, cos as f32);
+        for head in x.chunks_mut(head_dim) {
+            let (x0, x1) = (head[i], head[i + half]);
+            head[i] = x0 * cos - x1 * sin;
+            head[i + half] = x1 * cos + x0 * sin;
+        }
+    }
+}
+
+/// Gated full attention over a batch at positions `pos0..pos0+t`; returns `[t, D]`.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    model: &Model,
+    w: &AttnW,
+    k_cache: &mut Vec<f32>,
+    v_cache: &mut Vec<f32>,
+    pos0: usize,
+    h: &[f32],
+    t: usize,
+    il: usize,
+    tr: &mut Tr<'_>,
+) -> Result<Vec<f32>, ModelError> {
+    let c = &model.config;
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+
+    // Query and output gate interleaved per head: [query hd | gate hd].
+    let qg = linear(be, &qmat(f, &w.q)?, h, t);
+    let mut k = linear(be, &qmat(f, &w.k)?, h, t);
+    let v = linear(be, &qmat(f, &w.v)?, h, t);
+    let mut q = vec![0f32; t * nh * hd];
+    let mut gate = vec![0f32; t * nh * hd];
+    for (i, blk) in qg.chunks(2 * hd).enumerate() {
+        q[i * hd..(i + 1) * hd].copy_from_slice(&blk[..hd]);
+        gate[i * hd..(i + 1) * hd].copy_from_slice(&blk[hd..]);
+    }
+
+    // Per-head q/k RMSNorm, then partial NeoX RoPE.
+    be.rms_norm(&mut q, hd, Some(&w.q_norm), c.rms_eps);
+    be.rms_norm(&mut k, hd, Some(&w.k_norm), c.rms_eps);
+    tr.put("Qcur_normed", Some(il), t, &q);
+    tr.put("Kcur_normed", Some(il), t, &k);
+    for tt in 0..t {
+        let pos = pos0 + tt;
+        rope(&mut q[tt * nh * hd..(tt + 1) * nh * hd], hd, c.n_rot, c.rope_theta, pos);
+        rope(&mut k[tt * nkv * hd..(tt + 1) * nkv * hd], hd, c.n_rot, c.rope_theta, pos);
+    }
+    tr.put("Qcur", Some(il), t, &q);
+    tr.put("Kcur", Some(il), t, &k);
+
+    // Append to the KV cache and attend causally (GQA).
+    if k_cache.len() != pos0 * nkv * hd || v_cache.len() != pos0 * nkv * hd {
+        return Err(ModelError::Input(format!(
+            "layer {il}: KV cache holds {} positions but the state is at {pos0}",
+            k_cache.len() / (nkv * hd)
+        )));
+    }
+    k_cache.extend_from_slice(&k);
+    v_cache.extend_from_slice(&v);
+    let shape = AttnShape {
+        n_tok: t,
+        pos0,
+        n_head: nh,
+        n_head_kv: nkv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let mut o = vec![0f32; t * nh * hd];
+    be.attention(&shape, &q, k_cache, v_cache, &mut o);
+    tr.put("attn_pregate", Some(il), t, &o);
+
+    // Sigmoid output gate, then the output projection.
+    o.iter_mut().zip(&gate).for_each(|(a, g)| *a *= sigmoid(*g));
+    tr.put("attn_gated", Some(il), t, &o);
+    let out = linear(be, &qmat(f, &w.out)?, &o, t);
+    tr.put("attn_out", Some(il), t, &out);
+    Ok(out)
+}
+
+/// Sparse MoE with a shared expert; returns `[t, D]`.
+fn moe(
+    model: &Model,
+    w: &MoeW,
+    h: &[f32],
+    t: usize,
+    il: usize,
+    tr: &mut Tr<'_>,
+) -> Result<Vec<f32>, ModelError> {
+    let c = &model.config;
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let d = c.n_embd;
+    let ne = c.n_expert;
+
+    // Router: softmax over all experts, top-k, renormalise.
+    let logits = linear(be, &qmat(f, &w.router)?, h, t);
+    tr.put("ffn_moe_logits", Some(il), t, &logits);
+    let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
+    let mut probs = vec![0f64; ne];
+    let mut order: Vec<usize> = Vec::with_capacity(ne);
+    for tt in 0..t {
+        let row = &logits[tt * ne..(tt + 1) * ne];
+        let mx = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let mut sum = 0f64;
+        for (p, &l) in probs.iter_mut().zip(row) {
+            *p = ((l - mx) as f64).exp();
+            sum += *p;
+        }
+        probs.iter_mut().for_each(|p| *p /= sum);
+        order.clear();
+        order.extend(0..ne);
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        let top = &order[..c.n_expert_used];
+        let wsum: f64 = top.iter().map(|&e| probs[e]).sum();
+        let wsum = wsum.max(6.1035e-5);
+        for &e in top {
+            routes[e].push((tt, (probs[e] / wsum) as f32));
+        }
+    }
+
+    // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
+    let mut y = vec![0f32; t * d];
+    for (e, toks) in routes.iter().enumerate() {
+        if toks.is_empty() {
+            continue;
+        }
+        let n = toks.len();
+        let mut xe = vec![0f32; n * d];
+        for (i, &(tt, _)) in toks.iter().enumerate() {
+            xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
+        }
+        let act = swiglu(
+            be,
+            &expert(f, &w.gate, e)?,
+            &expert(f, &w.up, e)?,
+            &xe,
+            n,
+        );
+        let down = linear(be, &expert(f, &w.down, e)?, &act, n);
+        for (i, &(tt, wt)) in toks.iter().enumerate() {
+            let yr = &mut y[tt * d..(tt + 1) * d];
+            yr.iter_mut()
+                .zip(&down[i * d..(i + 1) * d])
+                .for_each(|(a, b)| *a += wt * b);
+        }
+    }
+    tr.put("ffn_moe_out", Some(il), t, &y);
+
+    // Shared expert with a sigmoid gate per token.
+    let act = swiglu(be, &qmat(f, &w.sh_gate)?, &qmat(f, &w.sh_up)?, h, t);
+    let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t);
+    for tt in 0..t {
+        let hr = &h[tt * d..(tt + 1) * d];
+        let gl: f32 = redlite_backend::simd::dot(hr, &w.sh_inp);
+        let gate = sigmoid(gl);
+        y[tt * d..(tt + 1) * d]
+            .iter_mut()
+            .zip(&sh[tt * d..(tt + 1) * d])
+            .for_each(|(a, b)| *a += gate * b);
+    }
+    Ok(y)
+}
+
+/// `silu(G·x) ⊙ (U·x)` over a batch.
+fn swiglu(
+    be: &dyn Backend,
+    gate: &redlite_backend::QMat<'_>,
+    up: &redlite_backend::QMat<'_>,
+    x: &[f32],
+    t: usize,
+) -> Vec<f32> {
+    let mut g = linear(be, gate, x, t);
+    let u = linear(be, up, x, t);
+    g.iter_mut().zip(&u).for_each(|(a, b)| *a = silu(*a) * b);
+    g
+}

@@ -1,0 +1,436 @@
+//! Tensor lookup and validation: every weight the forward pass uses, with its
+//! shape checked against the configuration. Matrices stay in the mapped file
+//! (except the legacy fused `ssm_in`, whose rows are de-interleaved once).
+
+use std::path::PathBuf;
+
+use redlite_backend::QMat;
+use redlite_gguf::{GgmlType, GgufFile};
+
+use crate::{Config, ModelError};
+
+/// Where a matrix's bytes live.
+pub(crate) enum Bytes {
+    /// A byte range of a mapped tensor (index into `GgufFile::tensors`).
+    Mapped {
+        tensor: usize,
+        start: usize,
+        len: usize,
+    },
+    /// A copy made at load time (row-permuted legacy layout).
+    Owned(Vec<u8>),
+}
+
+/// A 2-D weight `{n_in, n_out}`.
+pub(crate) struct Mat {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub bytes: Bytes,
+}
+
+/// A stack of per-expert matrices (`{n_in, n_out, n_exp}`), possibly a part of
+/// a fused gate/up tensor (`offset` bytes skipped in each expert slice).
+#[derive(Clone)]
+pub(crate) struct Experts {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub tensor: usize,
+    /// Bytes from one expert's slice to the next.
+    pub stride: usize,
+    /// Byte offset of this matrix inside an expert's slice.
+    pub offset: usize,
+}
+
+pub(crate) struct DeltaNetW {
+    pub qkv: Mat,
+    pub gate: Mat,
+    pub ba: Mat,
+    pub conv: Vec<f32>,
+    pub ssm_a: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub norm: Vec<f32>,
+    pub out: Mat,
+}
+
+pub(crate) struct AttnW {
+    pub q: Mat,
+    pub k: Mat,
+    pub v: Mat,
+    pub out: Mat,
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+}
+
+pub(crate) enum Mixer {
+    DeltaNet(DeltaNetW),
+    Attention(AttnW),
+}
+
+pub(crate) struct MoeW {
+    pub router: Mat,
+    pub gate: Experts,
+    pub up: Experts,
+    pub down: Experts,
+    pub sh_gate: Mat,
+    pub sh_up: Mat,
+    pub sh_down: Mat,
+    pub sh_inp: Vec<f32>,
+}
+
+pub(crate) struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub post_norm: Vec<f32>,
+    pub mixer: Mixer,
+    pub moe: MoeW,
+}
+
+pub(crate) struct Weights {
+    pub token_embd: Mat,
+    pub output_norm: Vec<f32>,
+    pub output: Mat,
+    pub layers: Vec<Layer>,
+}
+
+struct Loader<'a> {
+    f: &'a GgufFile,
+    path: PathBuf,
+}
+
+impl<'a> Loader<'a> {
+    fn err(&self, name: &str, msg: impl Into<String>) -> ModelError {
+        ModelError::Tensor {
+            path: self.path.clone(),
+            tensor: name.to_string(),
+            msg: msg.into(),
+        }
+    }
+
+    fn find(&self, name: &str) -> Result<usize, ModelError> {
+        self.f
+            .tensors
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| self.err(name, "missing"))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.f.tensor_info(name).is_some()
+    }
+
+    /// Check dims (trailing 1s ignored) and byte size; returns the tensor index.
+    fn checked(&self, name: &str, dims: &[usize]) -> Result<usize, ModelError> {
+        let idx = self.find(name)?;
+        let t = &self.f.tensors[idx];
+        let mut got: Vec<u64> = t.dims.clone();
+        while got.len() > 1 && got.last() == Some(&1) {
+            got.pop();
+        }
+        let mut want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        while want.len() > 1 && want.last() == Some(&1) {
+            want.pop();
+        }
+        if got != want {
+            return Err(self.err(
+                name,
+                format!("shape {:?}, expected {:?} (ggml order)", t.dims, dims),
+            ));
+        }
+        let Some(k) = redlite_quant::kernels(t.ggml_type) else {
+            return Err(self.err(name, format!("tensor type {} is not supported", t.ggml_type)));
+        };
+        let _ = k;
+        let row = t
+            .ggml_type
+            .row_bytes(t.dims[0])
+            .ok_or_else(|| self.err(name, "row length is not a whole number of blocks"))?;
+        if row * t.n_rows() != t.n_bytes {
+            return Err(self.err(name, "byte size does not match its shape and type"));
+        }
+        Ok(idx)
+    }
+
+    fn mat(&self, name: &str, n_in: usize, n_out: usize) -> Result<Mat, ModelError> {
+        let idx = self.checked(name, &[n_in, n_out])?;
+        let t = &self.f.tensors[idx];
+        Ok(Mat {
+            ty: t.ggml_type,
+            n_in,
+            n_out,
+            bytes: Bytes::Mapped {
+                tensor: idx,
+                start: 0,
+                len: t.n_bytes as usize,
+            },
+        })
+    }
+
+    /// A small tensor of any float/quant type, dequantized to f32.
+    fn vec(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let idx = self.checked(name, dims)?;
+        let t = &self.f.tensors[idx];
+        redlite_quant::dequantize_to_vec(t.ggml_type, self.f.tensor_data(t))
+            .map_err(|e| self.err(name, e.to_string()))
+    }
+
+    fn experts(&self, name: &str, n_in: usize, n_out: usize, n_exp: usize) -> Result<Experts, ModelError> {
+        let idx = self.checked(name, &[n_in, n_out, n_exp])?;
+        let t = &self.f.tensors[idx];
+        let stride = t.n_bytes as usize / n_exp;
+        Ok(Experts {
+            ty: t.ggml_type,
+            n_in,
+            n_out,
+            tensor: idx,
+            stride,
+            offset: 0,
+        })
+    }
+}
+
+impl Weights {
+    pub fn load(f: &GgufFile, c: &Config) -> Result<Weights, ModelError> {
+        let l = Loader {
+            f,
+            path: f.path().to_path_buf(),
+        };
+        let d = c.n_embd;
+        let token_embd = l.mat("token_embd.weight", d, c.vocab_size)?;
+        let output = if l.has("output.weight") {
+            l.mat("output.weight", d, c.vocab_size)?
+        } else {
+            l.mat("token_embd.weight", d, c.vocab_size)?
+        };
+        let output_norm = l.vec("output_norm.weight", &[d])?;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for il in 0..c.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            let mixer = if c.recurrent[il] {
+                Mixer::DeltaNet(load_deltanet(&l, c, il)?)
+            } else {
+                let qd = c.n_head * c.head_dim;
+                let kvd = c.n_head_kv * c.head_dim;
+                let (q, k, v) = if l.has(&n("attn_q.weight")) {
+                    (
+                        l.mat(&n("attn_q.weight"), d, 2 * qd)?,
+                        l.mat(&n("attn_k.weight"), d, kvd)?,
+                        l.mat(&n("attn_v.weight"), d, kvd)?,
+                    )
+                } else {
+                    // Fused [q+gate | k | v] rows: three row ranges of one tensor.
+                    let fused = l.mat(&n("attn_qkv.weight"), d, 2 * qd + 2 * kvd)?;
+                    split_rows(&fused, &[2 * qd, kvd, kvd])
+                };
+                Mixer::Attention(AttnW {
+                    q,
+                    k,
+                    v,
+                    out: l.mat(&n("attn_output.weight"), qd, d)?,
+                    q_norm: l.vec(&n("attn_q_norm.weight"), &[c.head_dim])?,
+                    k_norm: l.vec(&n("attn_k_norm.weight"), &[c.head_dim])?,
+                })
+            };
+            let (ne, ff) = (c.n_expert, c.expert_ff);
+            let (gate, up) = if l.has(&n("ffn_gate_up_exps.weight")) {
+                let mut g = l.experts(&n("ffn_gate_up_exps.weight"), d, 2 * ff, ne)?;
+                g.n_out = ff;
+                let row = g.stride / (2 * ff);
+                let u = Experts {
+                    offset: ff * row,
+                    ..g.clone()
+                };
+                (g, u)
+            } else {
+                (
+                    l.experts(&n("ffn_gate_exps.weight"), d, ff, ne)?,
+                    l.experts(&n("ffn_up_exps.weight"), d, ff, ne)?,
+                )
+            };
+            let moe = MoeW {
+                router: l.mat(&n("ffn_gate_inp.weight"), d, ne)?,
+                gate,
+                up,
+                down: l.experts(&n("ffn_down_exps.weight"), ff, d, ne)?,
+                sh_gate: l.mat(&n("ffn_gate_shexp.weight"), d, c.shexp_ff)?,
+                sh_up: l.mat(&n("ffn_up_shexp.weight"), d, c.shexp_ff)?,
+                sh_down: l.mat(&n("ffn_down_shexp.weight"), c.shexp_ff, d)?,
+                sh_inp: l.vec(&n("ffn_gate_inp_shexp.weight"), &[d])?,
+            };
+            layers.push(Layer {
+                attn_norm: l.vec(&n("attn_norm.weight"), &[d])?,
+                post_norm: l.vec(&n("post_attention_norm.weight"), &[d])?,
+                mixer,
+                moe,
+            });
+        }
+        let w = Weights {
+            token_embd,
+            output_norm,
+            output,
+            layers,
+        };
+        // Every matrix must be usable by the backend (type has kernels, sizes match).
+        w.for_each_mat(|name, m| {
+            qmat(f, m).map(|_| ()).map_err(|e| l.err(&name, e.to_string()))
+        })?;
+        Ok(w)
+    }
+
+    fn for_each_mat(
+        &self,
+        mut check: impl FnMut(String, &Mat) -> Result<(), ModelError>,
+    ) -> Result<(), ModelError> {
+        check("token_embd.weight".into(), &self.token_embd)?;
+        check("output.weight".into(), &self.output)?;
+        for (il, layer) in self.layers.iter().enumerate() {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            match &layer.mixer {
+                Mixer::DeltaNet(w) => {
+                    check(n("attn_qkv.weight"), &w.qkv)?;
+                    check(n("attn_gate.weight"), &w.gate)?;
+                    check(n("ssm_ba.weight"), &w.ba)?;
+                    check(n("ssm_out.weight"), &w.out)?;
+                }
+                Mixer::Attention(w) => {
+                    check(n("attn_q.weight"), &w.q)?;
+                    check(n("attn_k.weight"), &w.k)?;
+                    check(n("attn_v.weight"), &w.v)?;
+                    check(n("attn_output.weight"), &w.out)?;
+                }
+            }
+            let m = &layer.moe;
+            check(n("ffn_gate_inp.weight"), &m.router)?;
+            check(n("ffn_gate_shexp.weight"), &m.sh_gate)?;
+            check(n("ffn_up_shexp.weight"), &m.sh_up)?;
+            check(n("ffn_down_shexp.weight"), &m.sh_down)?;
+        }
+        Ok(())
+    }
+}
+
+/// Split a mapped matrix into consecutive row ranges.
+fn split_rows(m: &Mat, parts: &[usize]) -> (Mat, Mat, Mat) {
+    let row = m.ty.row_bytes(m.n_in as u64).unwrap_or(0) as usize;
+    let Bytes::Mapped { tensor, start, .. } = m.bytes else {
+        unreachable!("split_rows is only used on mapped tensors")
+    };
+    let mut r0 = 0;
+    let mut out = parts.iter().map(|&n| {
+        let part = Mat {
+            ty: m.ty,
+            n_in: m.n_in,
+            n_out: n,
+            bytes: Bytes::Mapped {
+                tensor,
+                start: start + r0 * row,
+                len: n * row,
+            },
+        };
+        r0 += n;
+        part
+    });
+    let (a, b, c) = (out.next(), out.next(), out.next());
+    match (a, b, c) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => unreachable!("three parts are always given"),
+    }
+}
+
+fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, ModelError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let d = c.n_embd;
+    let (hk, hv, dk, dv) = (c.ssm_h_k, c.ssm_h_v, c.ssm_d_k, c.ssm_d_v);
+    let conv_dim = c.conv_dim();
+    let (qkv, gate) = if l.has(&n("attn_qkv.weight")) {
+        (
+            l.mat(&n("attn_qkv.weight"), d, conv_dim)?,
+            l.mat(&n("attn_gate.weight"), d, c.value_dim())?,
+        )
+    } else if l.has(&n("ssm_in.weight")) {
+        // Legacy fused in_proj_qkvz: per key-head group
+        // [q dk | k dk | v R·dv | z R·dv]; de-interleave rows once.
+        let name = n("ssm_in.weight");
+        let r = hv / hk;
+        let group = 2 * dk + 2 * r * dv;
+        let fused = l.mat(&name, d, hk * group)?;
+        let Bytes::Mapped { tensor, .. } = fused.bytes else {
+            unreachable!("freshly loaded tensors are mapped")
+        };
+        let t = &l.f.tensors[tensor];
+        let data = l.f.tensor_data(t);
+        let row = t.row_bytes() as usize;
+        let rows = |g: usize, off: usize, cnt: usize| {
+            let s = (g * group + off) * row;
+            &data[s..s + cnt * row]
+        };
+        let mut qkv_b = Vec::with_capacity(conv_dim * row);
+        let mut z_b = Vec::with_capacity(c.value_dim() * row);
+        for g in 0..hk {
+            qkv_b.extend_from_slice(rows(g, 0, dk));
+        }
+        for g in 0..hk {
+            qkv_b.extend_from_slice(rows(g, dk, dk));
+        }
+        for g in 0..hk {
+            qkv_b.extend_from_slice(rows(g, 2 * dk, r * dv));
+        }
+        for g in 0..hk {
+            z_b.extend_from_slice(rows(g, 2 * dk + r * dv, r * dv));
+        }
+        (
+            Mat {
+                ty: fused.ty,
+                n_in: d,
+                n_out: conv_dim,
+                bytes: Bytes::Owned(qkv_b),
+            },
+            Mat {
+                ty: fused.ty,
+                n_in: d,
+                n_out: c.value_dim(),
+                bytes: Bytes::Owned(z_b),
+            },
+        )
+    } else {
+        return Err(l.err(
+            &n("attn_qkv.weight"),
+            "missing (and no legacy ssm_in.weight either)",
+        ));
+    };
+    Ok(DeltaNetW {
+        qkv,
+        gate,
+        ba: l.mat(&n("ssm_ba.weight"), d, 2 * hv)?,
+        conv: l.vec(&n("ssm_conv1d.weight"), &[c.conv_kernel, conv_dim])?,
+        ssm_a: l.vec(&n("ssm_a"), &[hv])?,
+        dt_bias: l.vec(&n("ssm_dt.bias"), &[hv])?,
+        norm: l.vec(&n("ssm_norm.weight"), &[dv])?,
+        out: l.mat(&n("ssm_out.weight"), c.value_dim(), d)?,
+    })
+}
+
+/// The bytes of a matrix.
+pub(crate) fn mat_bytes<'a>(f: &'a GgufFile, m: &'a Mat) -> &'a [u8] {
+    match &m.bytes {
+        Bytes::Mapped { tensor, start, len } => {
+            &f.tensor_data(&f.tensors[*tensor])[*start..*start + *len]
+        }
+        Bytes::Owned(v) => v,
+    }
+}
+
+pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
+    QMat::new(m.ty, m.n_in, m.n_out, mat_bytes(f, m)).map_err(|e| ModelError::Backend(e.to_string()))
+}
+
+/// Expert `e`'s matrix of a stack.
+pub(crate) fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<'a>, ModelError> {
+    let data = f.tensor_data(&f.tensors[x.tensor]);
+    let row = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
+    let s = e * x.stride + x.offset;
+    let bytes = data
+        .get(s..s + x.n_out * row)
+        .ok_or_else(|| ModelError::Backend(format!("expert {e} slice out of range")))?;
+    QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+}
