@@ -1,0 +1,91 @@
+//! Shared helpers of the model tests: fixtures, forward modes, distances.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use redlite_model::Model;
+use redlite_testkit::{fixture, Array};
+
+pub const PROMPTS: [&str; 6] = ["one", "hello", "prose", "code", "unicode", "rep120"];
+
+pub fn load(name: &str) -> Model {
+    Model::load(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+pub fn prompts() -> serde_json::Value {
+    let s = std::fs::read_to_string(fixture("prompts.json")).expect("prompts.json");
+    serde_json::from_str(&s).expect("prompts.json parses")
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+pub fn prompt_ids(p: &serde_json::Value, name: &str) -> Vec<u32> {
+    ids(&p[name]["ids"])
+}
+
+/// All logits `[T, vocab]`, feeding the prompt in batches of `batch` tokens.
+pub fn run(model: &Model, tokens: &[u32], batch: usize) -> Vec<f32> {
+    let mut st = model.new_state();
+    let mut out = Vec::new();
+    for chunk in tokens.chunks(batch.max(1)) {
+        out.extend(model.forward(&mut st, chunk, true).expect("forward"));
+    }
+    assert_eq!(st.pos(), tokens.len());
+    out
+}
+
+/// KL(p‖q) of the softmaxes of two logit rows, in nats (f64).
+pub fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let lse = |l: &[f32]| {
+        let m = l.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+        m + l.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln()
+    };
+    let (lp, lq) = (lse(p_logits), lse(q_logits));
+    p_logits
+        .iter()
+        .zip(q_logits)
+        .map(|(&a, &b)| {
+            let lpa = a as f64 - lp;
+            lpa.exp() * (lpa - (b as f64 - lq))
+        })
+        .sum::<f64>()
+        .max(0.0)
+}
+
+pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// Per-position (max |Δ|, KL(ref‖ours)) over `[T, vocab]` arrays.
+pub fn per_position(reference: &Array, ours: &[f32]) -> Vec<(f32, f64)> {
+    let v = reference.shape[1];
+    assert_eq!(ours.len(), reference.data.len(), "logit count");
+    (0..reference.shape[0])
+        .map(|i| {
+            let r = reference.row(i);
+            let o = &ours[i * v..(i + 1) * v];
+            (max_abs(r, o), kl(r, o))
+        })
+        .collect()
+}
+
+pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    // numpy's default (linear interpolation).
+    let pos = p / 100.0 * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+pub fn exists(name: &str) -> bool {
+    Path::new(&fixture(name)).exists()
+}
