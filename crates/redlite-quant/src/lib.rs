@@ -148,7 +148,7 @@ pub enum QuantError {
 fn check(ty: GgmlType, bytes: usize, values: usize) -> Result<&'static TypeKernels, QuantError> {
     let k = kernels(ty).ok_or(QuantError::Unsupported(ty))?;
     let (bs, ts) = (ty.block_size(), ty.type_size());
-    if bytes % ts != 0 || values % bs != 0 || bytes / ts != values / bs {
+    if !bytes.is_multiple_of(ts) || !values.is_multiple_of(bs) || bytes / ts != values / bs {
         return Err(QuantError::Size { ty, bytes, values });
     }
     Ok(k)
@@ -164,7 +164,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), Quan
 /// Dequantize a whole tensor's bytes into a new vector.
 pub fn dequantize_to_vec(ty: GgmlType, data: &[u8]) -> Result<Vec<f32>, QuantError> {
     let ts = ty.type_size();
-    if data.len() % ts != 0 {
+    if !data.len().is_multiple_of(ts) {
         return Err(QuantError::Size {
             ty,
             bytes: data.len(),

@@ -1,18 +1,47 @@
 #![allow(non_upper_case_globals)]
-//! STUB: being written; every kernel here is a placeholder that must be replaced.
+//! MXFP4 (OCP microscaling FP4): `block_mxfp4 { u8 e; u8 qs[16]; }`, 32 elements.
+//!
+//! `e` is an E8M0 exponent; the scale is `ggml_e8m0_to_fp32_half(e)` (half of
+//! 2^(e-127)) and each 4-bit code indexes the E2M1 values doubled
+//! (`kvalues_mxfp4`). Element `j < 16` is the low nibble of `qs[j]`, element
+//! `j + 16` its high nibble.
 
+use crate::util::{dequant_blocks, dot_via_dequant};
 use crate::{GgmlType, TypeKernels};
 
-fn unimplemented_dequant(_: &[u8], _: &mut [f32]) {
-    unimplemented!("kernel not written yet")
-}
-fn unimplemented_dot(_: &[u8], _: &[f32]) -> f32 {
-    unimplemented!("kernel not written yet")
-}
 pub static MXFP4: TypeKernels = TypeKernels {
     ty: GgmlType::MXFP4,
-    dequant: unimplemented_dequant,
-    dot_scalar: unimplemented_dot,
+    dequant: dequant_mxfp4,
+    dot_scalar: dot_mxfp4,
     dot_avx2: None,
     dot_avx512: None,
 };
+
+/// E2M1 values times two.
+pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// `ggml_e8m0_to_fp32_half`: 2^(e-128) as f32, subnormal for e < 2.
+#[inline(always)]
+pub fn e8m0_to_fp32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        ((e as u32) - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+pub fn block_mxfp4(b: &[u8], out: &mut [f32; 32]) {
+    let d = e8m0_to_fp32_half(b[0]);
+    let qs = &b[1..17];
+    for j in 0..16 {
+        out[j] = d * KVALUES_MXFP4[(qs[j] & 0x0F) as usize] as f32;
+        out[j + 16] = d * KVALUES_MXFP4[(qs[j] >> 4) as usize] as f32;
+    }
+}
+pub fn dequant_mxfp4(data: &[u8], out: &mut [f32]) {
+    dequant_blocks(data, out, 17, block_mxfp4)
+}
+pub fn dot_mxfp4(data: &[u8], x: &[f32]) -> f32 {
+    dot_via_dequant(data, x, 17, block_mxfp4)
+}
