@@ -51,19 +51,20 @@ fn put8_shifted(out: &mut [f32], dl: f32, g: u64, delta: f32) {
 #[inline(always)]
 fn iq1s_scale(d: f32, qh: u32) -> (f32, f32) {
     let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
-    let delta = if qh & 0x8000 != 0 {
-        -IQ1S_DELTA
-    } else {
-        IQ1S_DELTA
-    };
+    // Branch-free: bit 15 of `qh` becomes the sign bit of the delta.
+    let delta = f32::from_bits(IQ1S_DELTA.to_bits() | ((qh & 0x8000) << 16));
     (dl, delta)
 }
 
 /// IQ1_M: the f16 super-block scale, from the top nibbles of the scale words.
 #[inline(always)]
 fn iq1m_d(sc: [u16; 4]) -> f32 {
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-    half::f16::from_bits(bits).to_f32()
+    half::f16::from_bits(iq1m_d_bits(sc)).to_f32()
+}
+
+#[inline(always)]
+fn iq1m_d_bits(sc: [u16; 4]) -> u16 {
+    (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)
 }
 
 /// IQ1_M: the scale of half `h` (16 weights) of sub-block `ib`.
@@ -76,11 +77,8 @@ fn iq1m_scale(d: f32, sc: [u16; 4], ib: usize, h: usize) -> f32 {
 #[inline(always)]
 fn iq1m_group(qs: u8, nib: u8) -> (u64, f32) {
     let idx = qs as usize | (((nib & 7) as usize) << 8);
-    let delta = if nib & 8 != 0 {
-        -IQ1M_DELTA
-    } else {
-        IQ1M_DELTA
-    };
+    // Branch-free: bit 3 of the nibble becomes the sign bit of the delta.
+    let delta = f32::from_bits(IQ1M_DELTA.to_bits() | (((nib & 8) as u32) << 28));
     (iq1s_grid[idx & 2047], delta)
 }
 
@@ -223,7 +221,7 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let sc = m_scale_words(b);
-            let d = iq1m_d(sc);
+            let d = f16_to_f32(iq1m_d_bits(sc));
             for ib in 0..8 {
                 for (h, a) in acc.iter_mut().enumerate() {
                     let k = 4 * ib + 2 * h;
@@ -256,7 +254,7 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let sc = m_scale_words(b);
-            let d = iq1m_d(sc);
+            let d = f16_to_f32(iq1m_d_bits(sc));
             for ib in 0..8 {
                 for h in 0..2 {
                     let k = 4 * ib + 2 * h;
@@ -264,8 +262,7 @@ mod x86 {
                     let (g0, _) = iq1m_group(*b.add(k), qh);
                     let (g1, _) = iq1m_group(*b.add(k + 1), qh >> 4);
                     // Lanes 0-7 take the low nibble's delta sign, 8-15 the high one's.
-                    let m = (if qh & 0x08 != 0 { 0x00ffu16 } else { 0 })
-                        | (if qh & 0x80 != 0 { 0xff00u16 } else { 0 });
+                    let m = ((qh >> 3) & 1) as u16 * 0x00ff | ((qh >> 7) & 1) as u16 * 0xff00;
                     let w = _mm512_add_ps(grid16(g0, g1), _mm512_mask_blend_ps(m, pos, neg));
                     let w = _mm512_mul_ps(w, _mm512_set1_ps(iq1m_scale(d, sc, ib, h)));
                     let a = &mut acc[(ib & 1) * 2 + h];

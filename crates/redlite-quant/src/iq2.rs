@@ -55,8 +55,10 @@ pub(crate) fn grid_val(g: u64, j: usize) -> f32 {
 #[inline(always)]
 pub(crate) fn put8_signed(out: &mut [f32], db: f32, g: u64, signs: u8) {
     for (j, o) in out[..8].iter_mut().enumerate() {
+        // Branch-free negation (sign bits are unpredictable): flipping the
+        // sign bit is exactly gguf-py's multiplication by -1.
         let v = db * grid_val(g, j);
-        *o = if (signs >> j) & 1 != 0 { -v } else { v };
+        *o = f32::from_bits(v.to_bits() ^ ((((signs >> j) & 1) as u32) << 31));
     }
 }
 
@@ -148,13 +150,64 @@ pub(crate) mod simd {
     }
     pub(crate) use wrappers;
 
-    /// Sign-bit masks: entry `s` has lane `j` = 0x8000_0000 when bit `j` of `s` is set.
-    #[repr(C, align(64))]
-    pub(crate) struct SignMasks(pub [[u32; 8]; 256]);
+    /// 32-byte aligned table rows (for aligned vector loads).
+    #[repr(C, align(32))]
+    pub(crate) struct A32<T>(pub T);
 
-    pub(crate) static SIGN_MASKS: SignMasks = SignMasks(build_sign_masks());
+    /// The f32 bit pattern of a small integer (exact for |v| < 2^24).
+    const fn int_f32_bits(v: i32) -> u32 {
+        if v == 0 {
+            return 0;
+        }
+        let sign = if v < 0 { 1u32 << 31 } else { 0 };
+        let a = v.unsigned_abs();
+        let e = 31 - a.leading_zeros();
+        sign | ((e + 127) << 23) | ((a << (23 - e)) & 0x7f_ffff)
+    }
 
-    const fn build_sign_masks() -> [[u32; 8]; 256] {
+    /// A grid of 8-value entries (signed bytes) as rows of f32 bit patterns.
+    pub(crate) const fn expand8<const N: usize>(g: [u64; N]) -> [[u32; 8]; N] {
+        let mut t = [[0u32; 8]; N];
+        let mut i = 0;
+        while i < N {
+            let mut j = 0;
+            while j < 8 {
+                t[i][j] = int_f32_bits((g[i] >> (8 * j)) as u8 as i8 as i32);
+                j += 1;
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// A grid of 4-value entries (bytes) as rows of f32 bit patterns.
+    pub(crate) const fn expand4<const N: usize>(g: [u32; N]) -> [[u32; 4]; N] {
+        let mut t = [[0u32; 4]; N];
+        let mut i = 0;
+        while i < N {
+            let mut j = 0;
+            while j < 4 {
+                t[i][j] = int_f32_bits((g[i] >> (8 * j)) as u8 as i8 as i32);
+                j += 1;
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// `ksigns_iq2xs[i]`: the 7 bits of `i` plus a parity bit making the count even.
+    #[inline(always)]
+    pub(crate) const fn ksign(i: u32) -> u32 {
+        let i = i & 127;
+        i | ((i.count_ones() & 1) << 7)
+    }
+
+    /// Sign-bit masks: row `s` has lane `j` = 0x8000_0000 when bit `j` of `s` is set.
+    pub(crate) static SIGN_MASKS: A32<[[u32; 8]; 256]> = A32(sign_masks());
+    /// The same indexed by a 7-bit sign index (through `ksign`).
+    pub(crate) static KSIGN_MASKS: A32<[[u32; 8]; 128]> = A32(ksign_masks());
+
+    const fn sign_masks() -> [[u32; 8]; 256] {
         let mut t = [[0u32; 8]; 256];
         let mut i = 0;
         while i < 256 {
@@ -170,11 +223,30 @@ pub(crate) mod simd {
         t
     }
 
-    /// `ksigns_iq2xs[i]`: the 7 bits of `i` plus a parity bit making the count even.
+    const fn ksign_masks() -> [[u32; 8]; 128] {
+        let all = sign_masks();
+        let mut t = [[0u32; 8]; 128];
+        let mut i = 0;
+        while i < 128 {
+            t[i] = all[ksign(i as u32) as usize];
+            i += 1;
+        }
+        t
+    }
+
+    /// f16 → f32 without a library call (exact for every f16, NaN payloads kept).
     #[inline(always)]
-    pub(crate) const fn ksign(i: u32) -> u32 {
-        let i = i & 127;
-        i | ((i.count_ones() & 1) << 7)
+    pub(crate) fn f16_to_f32(h: u16) -> f32 {
+        let h = h as u32;
+        // Shifting the exponent/mantissa into place scales by 2^-112; the
+        // multiplication restores it exactly (also for subnormals).
+        let mag = f32::from_bits((h & 0x7fff) << 13) * f32::from_bits(0x7780_0000);
+        let bits = if h & 0x7c00 == 0x7c00 {
+            0x7f80_0000 | ((h & 0x3ff) << 13)
+        } else {
+            mag.to_bits()
+        };
+        f32::from_bits(bits | ((h & 0x8000) << 16))
     }
 
     /// One f16 scale at `p`.
@@ -183,7 +255,7 @@ pub(crate) mod simd {
     /// `p` must be valid for reading 2 bytes.
     #[inline(always)]
     pub(crate) unsafe fn f16_ptr(p: *const u8) -> f32 {
-        half::f16::from_bits(u16::from_le_bytes([*p, *p.add(1)])).to_f32()
+        f16_to_f32(rd16(p) as u16)
     }
 
     /// Little-endian u16 / u32 at `p` (unaligned).
@@ -201,19 +273,27 @@ pub(crate) mod simd {
         u32::from_le(p.cast::<u32>().read_unaligned())
     }
 
-    /// The 8 signed-byte values of a grid entry as f32.
+    /// The 8 signed-byte values of a packed grid entry as f32.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn grid8(g: u64) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(g as i64)))
     }
 
-    /// A grid entry with lane `j` negated where bit `j` of `s` is set.
+    /// A table row of 8 f32 xor-ed with a row of sign masks.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn signed8(g: u64, s: u32) -> __m256 {
-        let m = _mm256_load_si256(SIGN_MASKS.0[(s & 255) as usize].as_ptr().cast());
-        _mm256_xor_ps(grid8(g), _mm256_castsi256_ps(m))
+    pub(crate) unsafe fn signed_row(row: &[u32; 8], mask: &[u32; 8]) -> __m256 {
+        let m = _mm256_load_si256(mask.as_ptr().cast());
+        _mm256_xor_ps(_mm256_load_ps(row.as_ptr().cast()), _mm256_castsi256_ps(m))
+    }
+
+    /// Two 4-value table rows as one vector of 8 f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn rows4(lo: &[u32; 4], hi: &[u32; 4]) -> __m256 {
+        let l = _mm_loadu_ps(lo.as_ptr().cast());
+        _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(l), _mm_loadu_ps(hi.as_ptr().cast()))
     }
 
     #[inline]
@@ -225,19 +305,19 @@ pub(crate) mod simd {
         _mm_cvtss_f32(s)
     }
 
+    /// Two 256-bit halves as one 512-bit vector.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+    pub(crate) unsafe fn join(lo: __m256, hi: __m256) -> __m512 {
+        let v = _mm512_castpd256_pd512(_mm256_castps_pd(lo));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(v, _mm256_castps_pd(hi)))
+    }
+
     /// Two grid entries (16 values) as f32.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
     pub(crate) unsafe fn grid16(g0: u64, g1: u64) -> __m512 {
         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x(g1 as i64, g0 as i64)))
-    }
-
-    /// Two grid entries with lane `j` negated where bit `j` of `s` is set.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-    pub(crate) unsafe fn signed16(g0: u64, g1: u64, s: u32) -> __m512 {
-        let w = grid16(g0, g1);
-        _mm512_mask_sub_ps(w, s as __mmask16, _mm512_setzero_ps(), w)
     }
 }
 
@@ -247,6 +327,7 @@ pub(crate) mod simd {
 mod x86 {
     use super::simd::*;
     use super::*;
+    use crate::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
     use crate::DotFn;
     use std::arch::x86_64::*;
 
@@ -266,6 +347,45 @@ mod x86 {
         iq2s_avx512 => k_iq2s_avx512, "avx512bw";
     }
 
+    /// The grids as f32 rows.
+    static F_IQ2XXS: A32<[[u32; 8]; 256]> = A32(expand8(IQ2XXS_GRID));
+    static F_IQ2XS: A32<[[u32; 8]; 512]> = A32(expand8(IQ2XS_GRID));
+    static F_IQ2S: A32<[[u32; 8]; 1024]> = A32(expand8(IQ2S_GRID));
+
+    /// The 8 signed weights (before scaling) of IQ2_XXS group `l` of a sub-block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xxs8(aux0: u32, aux1: u32, l: u32) -> __m256 {
+        signed_row(
+            &F_IQ2XXS.0[((aux0 >> (8 * l)) & 255) as usize],
+            &KSIGN_MASKS.0[((aux1 >> (7 * l)) & 127) as usize],
+        )
+    }
+
+    /// The 8 signed weights of an IQ2_XS `u16` (9-bit grid index, 7-bit sign index).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xs8(q: u32) -> __m256 {
+        signed_row(
+            &F_IQ2XS.0[(q & 511) as usize],
+            &KSIGN_MASKS.0[((q >> 9) & 127) as usize],
+        )
+    }
+
+    /// The 8 signed weights of IQ2_S group `k` (index low byte, 2 high bits, sign byte).
+    ///
+    /// # Safety
+    /// `b` must point to a whole IQ2_S block; `k < 32`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn s8(b: *const u8, k: usize, qh: u32, shift: u32) -> __m256 {
+        let idx = *b.add(2 + k) as usize | ((((qh >> shift) & 3) as usize) << 8);
+        signed_row(
+            &F_IQ2S.0[idx & 1023],
+            &SIGN_MASKS.0[*b.add(34 + k) as usize],
+        )
+    }
+
     /// # Safety
     /// CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
@@ -276,19 +396,17 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
                 let aux0 = rd32(b.add(2 + 8 * ib));
                 let aux1 = rd32(b.add(6 + 8 * ib));
-                let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
                 let xp = xb.add(32 * ib);
-                let mut t = _mm256_setzero_ps();
-                for l in 0..4 {
-                    let g = iq2xxs_grid[((aux0 >> (8 * l)) & 255) as usize];
-                    let w = signed8(g, ksign(aux1 >> (7 * l)));
-                    t = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t);
-                }
-                acc[ib & 1] = _mm256_fmadd_ps(t, _mm256_set1_ps(db), acc[ib & 1]);
+                let t0 = _mm256_mul_ps(xxs8(aux0, aux1, 0), _mm256_loadu_ps(xp));
+                let t1 = _mm256_mul_ps(xxs8(aux0, aux1, 1), _mm256_loadu_ps(xp.add(8)));
+                let t0 = _mm256_fmadd_ps(xxs8(aux0, aux1, 2), _mm256_loadu_ps(xp.add(16)), t0);
+                let t1 = _mm256_fmadd_ps(xxs8(aux0, aux1, 3), _mm256_loadu_ps(xp.add(24)), t1);
+                let db = _mm256_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
+                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), db, acc[ib & 1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -304,18 +422,17 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
                 let aux0 = rd32(b.add(2 + 8 * ib));
                 let aux1 = rd32(b.add(6 + 8 * ib));
-                let db = d * (0.5 + (aux1 >> 28) as f32) * 0.25;
                 let xp = xb.add(32 * ib);
-                let g = |l: u32| iq2xxs_grid[((aux0 >> (8 * l)) & 255) as usize];
-                let s0 = ksign(aux1) | (ksign(aux1 >> 7) << 8);
-                let s1 = ksign(aux1 >> 14) | (ksign(aux1 >> 21) << 8);
-                let t = _mm512_mul_ps(signed16(g(0), g(1), s0), _mm512_loadu_ps(xp));
-                let t = _mm512_fmadd_ps(signed16(g(2), g(3), s1), _mm512_loadu_ps(xp.add(16)), t);
-                acc[ib & 1] = _mm512_fmadd_ps(t, _mm512_set1_ps(db), acc[ib & 1]);
+                let w0 = join(xxs8(aux0, aux1, 0), xxs8(aux0, aux1, 1));
+                let w1 = join(xxs8(aux0, aux1, 2), xxs8(aux0, aux1, 3));
+                let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
+                let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
+                let db = _mm512_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
+                acc[ib & 1] = _mm512_fmadd_ps(t, db, acc[ib & 1]);
             }
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
@@ -331,20 +448,20 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
-                let db = nibble_scales(d, *b.add(66 + ib));
-                for h in 0..2 {
-                    let k = 4 * ib + 2 * h;
-                    let q0 = rd16(b.add(2 + 2 * k));
-                    let q1 = rd16(b.add(4 + 2 * k));
-                    let xp = xb.add(8 * k);
-                    let w0 = signed8(iq2xs_grid[(q0 & 511) as usize], ksign(q0 >> 9));
-                    let w1 = signed8(iq2xs_grid[(q1 & 511) as usize], ksign(q1 >> 9));
-                    let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
-                    let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
-                    acc[h] = _mm256_fmadd_ps(t, _mm256_set1_ps(db[h]), acc[h]);
-                }
+                let sc = *b.add(66 + ib) as u32;
+                let q01 = rd32(b.add(2 + 8 * ib));
+                let q23 = rd32(b.add(6 + 8 * ib));
+                let xp = xb.add(32 * ib);
+                let t0 = _mm256_mul_ps(xs8(q01), _mm256_loadu_ps(xp));
+                let t0 = _mm256_fmadd_ps(xs8(q01 >> 16), _mm256_loadu_ps(xp.add(8)), t0);
+                let t1 = _mm256_mul_ps(xs8(q23), _mm256_loadu_ps(xp.add(16)));
+                let t1 = _mm256_fmadd_ps(xs8(q23 >> 16), _mm256_loadu_ps(xp.add(24)), t1);
+                let db0 = _mm256_set1_ps(d * (0.5 + (sc & 15) as f32));
+                let db1 = _mm256_set1_ps(d * (0.5 + (sc >> 4) as f32));
+                acc[0] = _mm256_fmadd_ps(t0, db0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(t1, db1, acc[1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -356,31 +473,27 @@ mod x86 {
     unsafe fn k_iq2xs_avx512(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ2XS_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
-        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut acc = [_mm512_setzero_ps(); 2];
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
-                let db = nibble_scales(d, *b.add(66 + ib));
-                for h in 0..2 {
-                    let k = 4 * ib + 2 * h;
-                    let q = rd32(b.add(2 + 2 * k));
-                    let (q0, q1) = (q & 0xffff, q >> 16);
-                    let s = ksign(q0 >> 9) | (ksign(q1 >> 9) << 8);
-                    let w = signed16(
-                        iq2xs_grid[(q0 & 511) as usize],
-                        iq2xs_grid[(q1 & 511) as usize],
-                        s,
-                    );
-                    let w = _mm512_mul_ps(w, _mm512_set1_ps(db[h]));
-                    let a = &mut acc[(ib & 1) * 2 + h];
-                    *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(8 * k)), *a);
-                }
+                let sc = *b.add(66 + ib) as u32;
+                let q01 = rd32(b.add(2 + 8 * ib));
+                let q23 = rd32(b.add(6 + 8 * ib));
+                let xp = xb.add(32 * ib);
+                let w0 = join(xs8(q01), xs8(q01 >> 16));
+                let w1 = join(xs8(q23), xs8(q23 >> 16));
+                let db0 = d * (0.5 + (sc & 15) as f32);
+                let db1 = d * (0.5 + (sc >> 4) as f32);
+                let w0 = _mm512_mul_ps(w0, _mm512_set1_ps(db0));
+                let w1 = _mm512_mul_ps(w1, _mm512_set1_ps(db1));
+                acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc[0]);
+                acc[1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc[1]);
             }
         }
-        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        _mm512_reduce_add_ps(s)
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 
     /// # Safety
@@ -393,21 +506,20 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2S_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
-                let db = nibble_scales(d, *b.add(74 + ib));
-                let qh = *b.add(66 + ib) as usize;
-                for h in 0..2 {
-                    let k = 4 * ib + 2 * h;
-                    let i0 = *b.add(2 + k) as usize | (((qh >> (4 * h)) & 3) << 8);
-                    let i1 = *b.add(3 + k) as usize | (((qh >> (4 * h + 2)) & 3) << 8);
-                    let w0 = signed8(iq2s_grid[i0 & 1023], *b.add(34 + k) as u32);
-                    let w1 = signed8(iq2s_grid[i1 & 1023], *b.add(35 + k) as u32);
-                    let xp = xb.add(8 * k);
-                    let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
-                    let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
-                    acc[h] = _mm256_fmadd_ps(t, _mm256_set1_ps(db[h]), acc[h]);
-                }
+                let sc = *b.add(74 + ib) as u32;
+                let qh = *b.add(66 + ib) as u32;
+                let k = 4 * ib;
+                let xp = xb.add(32 * ib);
+                let t0 = _mm256_mul_ps(s8(b, k, qh, 0), _mm256_loadu_ps(xp));
+                let t0 = _mm256_fmadd_ps(s8(b, k + 1, qh, 2), _mm256_loadu_ps(xp.add(8)), t0);
+                let t1 = _mm256_mul_ps(s8(b, k + 2, qh, 4), _mm256_loadu_ps(xp.add(16)));
+                let t1 = _mm256_fmadd_ps(s8(b, k + 3, qh, 6), _mm256_loadu_ps(xp.add(24)), t1);
+                let db0 = _mm256_set1_ps(d * (0.5 + (sc & 15) as f32));
+                let db1 = _mm256_set1_ps(d * (0.5 + (sc >> 4) as f32));
+                acc[0] = _mm256_fmadd_ps(t0, db0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(t1, db1, acc[1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -419,31 +531,25 @@ mod x86 {
     unsafe fn k_iq2s_avx512(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ2S_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_S dot: length mismatch");
-        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut acc = [_mm512_setzero_ps(); 2];
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2S_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.25;
             for ib in 0..8 {
-                let db = nibble_scales(d, *b.add(74 + ib));
-                let qh = *b.add(66 + ib) as usize;
-                for h in 0..2 {
-                    let k = 4 * ib + 2 * h;
-                    let i0 = *b.add(2 + k) as usize | (((qh >> (4 * h)) & 3) << 8);
-                    let i1 = *b.add(3 + k) as usize | (((qh >> (4 * h + 2)) & 3) << 8);
-                    let w = signed16(
-                        iq2s_grid[i0 & 1023],
-                        iq2s_grid[i1 & 1023],
-                        rd16(b.add(34 + k)),
-                    );
-                    let w = _mm512_mul_ps(w, _mm512_set1_ps(db[h]));
-                    let a = &mut acc[(ib & 1) * 2 + h];
-                    *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(8 * k)), *a);
-                }
+                let sc = *b.add(74 + ib) as u32;
+                let qh = *b.add(66 + ib) as u32;
+                let k = 4 * ib;
+                let xp = xb.add(32 * ib);
+                let w0 = join(s8(b, k, qh, 0), s8(b, k + 1, qh, 2));
+                let w1 = join(s8(b, k + 2, qh, 4), s8(b, k + 3, qh, 6));
+                let w0 = _mm512_mul_ps(w0, _mm512_set1_ps(d * (0.5 + (sc & 15) as f32)));
+                let w1 = _mm512_mul_ps(w1, _mm512_set1_ps(d * (0.5 + (sc >> 4) as f32)));
+                acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc[0]);
+                acc[1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc[1]);
             }
         }
-        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        _mm512_reduce_add_ps(s)
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 }
 
@@ -463,10 +569,45 @@ mod tests {
     use super::test_support::*;
     use super::*;
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn ksign_parity_matches_table() {
+    fn simd_tables_match_reference_tables() {
         for i in 0..128u32 {
             assert_eq!(simd::ksign(i), ksigns_iq2xs[i as usize] as u32, "index {i}");
+            for j in 0..8 {
+                let neg = ksigns_iq2xs[i as usize] & crate::iq_tables::kmask_iq2xs[j] != 0;
+                assert_eq!(
+                    simd::KSIGN_MASKS.0[i as usize][j] != 0,
+                    neg,
+                    "ksign {i} lane {j}"
+                );
+            }
+        }
+        let f = simd::expand8(crate::iq_tables::IQ1S_GRID);
+        for (row, g) in f.iter().zip(crate::iq_tables::iq1s_grid.iter()) {
+            for (j, v) in row.iter().enumerate() {
+                assert_eq!(f32::from_bits(*v), grid_val(*g, j));
+            }
+        }
+        let f = simd::expand4(crate::iq_tables::IQ3XXS_GRID);
+        for (row, g) in f.iter().zip(crate::iq_tables::iq3xxs_grid.iter()) {
+            for (j, v) in row.iter().enumerate() {
+                assert_eq!(f32::from_bits(*v), ((g >> (8 * j)) & 255) as f32);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn f16_conversion_is_exact() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = simd::f16_to_f32(h);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
+            }
         }
     }
 

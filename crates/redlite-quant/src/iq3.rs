@@ -96,6 +96,7 @@ scalar_kernels!(dequant_iq3s, dot_iq3s, deq_iq3s_block, IQ3S_BYTES);
 mod x86 {
     use super::*;
     use crate::iq2::simd::*;
+    use crate::iq_tables::{IQ3S_GRID, IQ3XXS_GRID};
     use crate::DotFn;
     use std::arch::x86_64::*;
 
@@ -111,17 +112,50 @@ mod x86 {
         iq3s_avx512 => k_iq3s_avx512, "avx512bw";
     }
 
-    /// Grid entries `2l`, `2l+1` of IQ3_XXS sub-block `ib` of block `b`.
+    /// The grids as f32 rows.
+    static F_IQ3XXS: A32<[[u32; 4]; 256]> = A32(expand4(IQ3XXS_GRID));
+    static F_IQ3S: A32<[[u32; 4]; 512]> = A32(expand4(IQ3S_GRID));
+
+    /// The 8 signed weights of IQ3_XXS group `l` of sub-block `ib`.
     ///
     /// # Safety
-    /// `b` must point to a whole IQ3_XXS block.
-    #[inline(always)]
-    unsafe fn xxs_pair(b: *const u8, ib: usize, l: usize) -> u64 {
+    /// `b` must point to a whole IQ3_XXS block; `ib < 8`, `l < 4`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xxs8(b: *const u8, ib: usize, l: usize, aux: u32) -> __m256 {
         let q = rd16(b.add(2 + 8 * ib + 2 * l));
-        pair(
-            iq3xxs_grid[(q & 255) as usize],
-            iq3xxs_grid[(q >> 8) as usize & 255],
-        )
+        let g = rows4(
+            &F_IQ3XXS.0[(q & 255) as usize],
+            &F_IQ3XXS.0[((q >> 8) & 255) as usize],
+        );
+        let m = _mm256_load_si256(
+            KSIGN_MASKS.0[((aux >> (7 * l)) & 127) as usize]
+                .as_ptr()
+                .cast(),
+        );
+        _mm256_xor_ps(g, _mm256_castsi256_ps(m))
+    }
+
+    /// The 8 signed weights of IQ3_S group `l` of sub-block `ib`.
+    ///
+    /// # Safety
+    /// `b` must point to a whole IQ3_S block; `ib < 8`, `l < 4`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn s8(b: *const u8, ib: usize, l: usize, qh: u32) -> __m256 {
+        let q = rd16(b.add(2 + 8 * ib + 2 * l));
+        let i0 = (q & 255) | (((qh >> (2 * l)) & 1) << 8);
+        let i1 = (q >> 8) | (((qh >> (2 * l + 1)) & 1) << 8);
+        let g = rows4(
+            &F_IQ3S.0[(i0 & 511) as usize],
+            &F_IQ3S.0[(i1 & 511) as usize],
+        );
+        let m = _mm256_load_si256(
+            SIGN_MASKS.0[*b.add(74 + 4 * ib + l) as usize]
+                .as_ptr()
+                .cast(),
+        );
+        _mm256_xor_ps(g, _mm256_castsi256_ps(m))
     }
 
     /// # Safety
@@ -134,17 +168,16 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ3XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.5;
             for ib in 0..8 {
                 let aux = rd32(b.add(66 + 4 * ib));
                 let xp = xb.add(32 * ib);
-                let mut t = [_mm256_setzero_ps(); 2];
-                for l in 0..4 {
-                    let w = signed8(xxs_pair(b, ib, l), ksign(aux >> (7 * l)));
-                    t[l & 1] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t[l & 1]);
-                }
-                let db = _mm256_set1_ps(iq3xxs_scale(d, aux));
-                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t[0], t[1]), db, acc[ib & 1]);
+                let t0 = _mm256_mul_ps(xxs8(b, ib, 0, aux), _mm256_loadu_ps(xp));
+                let t1 = _mm256_mul_ps(xxs8(b, ib, 1, aux), _mm256_loadu_ps(xp.add(8)));
+                let t0 = _mm256_fmadd_ps(xxs8(b, ib, 2, aux), _mm256_loadu_ps(xp.add(16)), t0);
+                let t1 = _mm256_fmadd_ps(xxs8(b, ib, 3, aux), _mm256_loadu_ps(xp.add(24)), t1);
+                let db = _mm256_set1_ps(d * (0.5 + (aux >> 28) as f32));
+                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), db, acc[ib & 1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -160,17 +193,15 @@ mod x86 {
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ3XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b);
+            let d = f16_ptr(b) * 0.5;
             for ib in 0..8 {
                 let aux = rd32(b.add(66 + 4 * ib));
                 let xp = xb.add(32 * ib);
-                let s0 = ksign(aux) | (ksign(aux >> 7) << 8);
-                let s1 = ksign(aux >> 14) | (ksign(aux >> 21) << 8);
-                let w0 = signed16(xxs_pair(b, ib, 0), xxs_pair(b, ib, 1), s0);
-                let w1 = signed16(xxs_pair(b, ib, 2), xxs_pair(b, ib, 3), s1);
+                let w0 = join(xxs8(b, ib, 0, aux), xxs8(b, ib, 1, aux));
+                let w1 = join(xxs8(b, ib, 2, aux), xxs8(b, ib, 3, aux));
                 let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
                 let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
-                let db = _mm512_set1_ps(iq3xxs_scale(d, aux));
+                let db = _mm512_set1_ps(d * (0.5 + (aux >> 28) as f32));
                 acc[ib & 1] = _mm512_fmadd_ps(t, db, acc[ib & 1]);
             }
         }
@@ -191,15 +222,12 @@ mod x86 {
             for ib in 0..8 {
                 let qh = *b.add(66 + ib) as u32;
                 let xp = xb.add(32 * ib);
-                let mut t = [_mm256_setzero_ps(); 2];
-                for l in 0..4 {
-                    let q = b.add(2 + 8 * ib + 2 * l);
-                    let g = iq3s_pair(*q, *q.add(1), qh, l);
-                    let w = signed8(g, *b.add(74 + 4 * ib + l) as u32);
-                    t[l & 1] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t[l & 1]);
-                }
+                let t0 = _mm256_mul_ps(s8(b, ib, 0, qh), _mm256_loadu_ps(xp));
+                let t1 = _mm256_mul_ps(s8(b, ib, 1, qh), _mm256_loadu_ps(xp.add(8)));
+                let t0 = _mm256_fmadd_ps(s8(b, ib, 2, qh), _mm256_loadu_ps(xp.add(16)), t0);
+                let t1 = _mm256_fmadd_ps(s8(b, ib, 3, qh), _mm256_loadu_ps(xp.add(24)), t1);
                 let db = _mm256_set1_ps(iq3s_scale(d, *b.add(106 + ib / 2), ib));
-                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t[0], t[1]), db, acc[ib & 1]);
+                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), db, acc[ib & 1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -219,10 +247,8 @@ mod x86 {
             for ib in 0..8 {
                 let qh = *b.add(66 + ib) as u32;
                 let xp = xb.add(32 * ib);
-                let q = b.add(2 + 8 * ib);
-                let g = |l: usize| iq3s_pair(*q.add(2 * l), *q.add(2 * l + 1), qh, l);
-                let w0 = signed16(g(0), g(1), rd16(b.add(74 + 4 * ib)));
-                let w1 = signed16(g(2), g(3), rd16(b.add(76 + 4 * ib)));
+                let w0 = join(s8(b, ib, 0, qh), s8(b, ib, 1, qh));
+                let w1 = join(s8(b, ib, 2, qh), s8(b, ib, 3, qh));
                 let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
                 let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
                 let db = _mm512_set1_ps(iq3s_scale(d, *b.add(106 + ib / 2), ib));

@@ -6,8 +6,8 @@
 
 #![allow(non_upper_case_globals)]
 
-/// `iq2xxs_grid` of ggml-common.h.
-pub static iq2xxs_grid: [u64; 256] = [
+/// `iq2xxs_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ2XXS_GRID: [u64; 256] = [
     0x0808080808080808,
     0x080808080808082b,
     0x0808080808081919,
@@ -266,8 +266,11 @@ pub static iq2xxs_grid: [u64; 256] = [
     0x2b2b2b1908081908,
 ];
 
-/// `iq2xs_grid` of ggml-common.h.
-pub static iq2xs_grid: [u64; 512] = [
+/// `iq2xxs_grid` of ggml-common.h.
+pub static iq2xxs_grid: [u64; 256] = IQ2XXS_GRID;
+
+/// `iq2xs_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ2XS_GRID: [u64; 512] = [
     0x0808080808080808,
     0x080808080808082b,
     0x0808080808081919,
@@ -782,8 +785,11 @@ pub static iq2xs_grid: [u64; 512] = [
     0x2b2b2b2b2b2b2b2b,
 ];
 
-/// `iq2s_grid` of ggml-common.h.
-pub static iq2s_grid: [u64; 1024] = [
+/// `iq2xs_grid` of ggml-common.h.
+pub static iq2xs_grid: [u64; 512] = IQ2XS_GRID;
+
+/// `iq2s_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ2S_GRID: [u64; 1024] = [
     0x0808080808080808,
     0x080808080808082b,
     0x0808080808081919,
@@ -1810,8 +1816,11 @@ pub static iq2s_grid: [u64; 1024] = [
     0x2b2b2b2b2b2b2b2b,
 ];
 
-/// `iq3xxs_grid` of ggml-common.h.
-pub static iq3xxs_grid: [u32; 256] = [
+/// `iq2s_grid` of ggml-common.h.
+pub static iq2s_grid: [u64; 1024] = IQ2S_GRID;
+
+/// `iq3xxs_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ3XXS_GRID: [u32; 256] = [
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
     0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
     0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -1846,8 +1855,11 @@ pub static iq3xxs_grid: [u32; 256] = [
     0x3e1c1c1c, 0x3e1c3404, 0x3e24140c, 0x3e24240c, 0x3e2c0404, 0x3e2c0414, 0x3e2c1424, 0x3e341c04,
 ];
 
-/// `iq3s_grid` of ggml-common.h.
-pub static iq3s_grid: [u32; 512] = [
+/// `iq3xxs_grid` of ggml-common.h.
+pub static iq3xxs_grid: [u32; 256] = IQ3XXS_GRID;
+
+/// `iq3s_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ3S_GRID: [u32; 512] = [
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -1914,8 +1926,11 @@ pub static iq3s_grid: [u32; 512] = [
     0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 ];
 
-/// `iq1s_grid` of ggml-common.h.
-pub static iq1s_grid: [u64; 2048] = [
+/// `iq3s_grid` of ggml-common.h.
+pub static iq3s_grid: [u32; 512] = IQ3S_GRID;
+
+/// `iq1s_grid` of ggml-common.h (a `const` so that derived tables can be built at compile time).
+pub const IQ1S_GRID: [u64; 2048] = [
     0xffffffffffffffff,
     0xffffffffffffff01,
     0xffffffffffff0000,
@@ -3965,6 +3980,9 @@ pub static iq1s_grid: [u64; 2048] = [
     0x01010101010101ff,
     0x0101010101010101,
 ];
+
+/// `iq1s_grid` of ggml-common.h.
+pub static iq1s_grid: [u64; 2048] = IQ1S_GRID;
 
 /// Sign bytes indexed by 7 bits (bit 7 = parity of the other seven).
 pub static ksigns_iq2xs: [u8; 128] = [

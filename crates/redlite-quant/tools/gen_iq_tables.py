@@ -24,8 +24,8 @@ def words(grid):
     return out
 
 
-def emit(name, ty, vals, digits, per_line):
-    print(f"pub static {name}: [{ty}; {len(vals)}] = [")
+def emit(name, ty, vals, digits, per_line, kw="static"):
+    print(f"pub {kw} {name}: [{ty}; {len(vals)}] = [")
     for i in range(0, len(vals), per_line):
         chunk = vals[i:i + per_line]
         print("    " + " ".join(f"0x{v:0{digits}x}," for v in chunk))
@@ -49,8 +49,12 @@ for name, cls, ty, digits, per_line in [
     ("iq3s_grid", quants.IQ3_S, "u32", 8, 8),
     ("iq1s_grid", quants.IQ1_S, "u64", 16, 4),
 ]:
+    const = name.upper()
+    print(f"/// `{name}` of ggml-common.h (a `const` so that derived tables can be built at compile time).")
+    emit(const, ty, words(grid_of(cls)), digits, per_line, kw="const")
     print(f"/// `{name}` of ggml-common.h.")
-    emit(name, ty, words(grid_of(cls)), digits, per_line)
+    print(f"pub static {name}: [{ty}; {len(grid_of(cls))}] = {const};")
+    print()
 
 ks = list(quants.IQ2_XXS.ksigns)
 assert len(ks) == 128
