@@ -262,7 +262,7 @@ mod x86 {
                     let (g0, _) = iq1m_group(*b.add(k), qh);
                     let (g1, _) = iq1m_group(*b.add(k + 1), qh >> 4);
                     // Lanes 0-7 take the low nibble's delta sign, 8-15 the high one's.
-                    let m = ((qh >> 3) & 1) as u16 * 0x00ff | ((qh >> 7) & 1) as u16 * 0xff00;
+                    let m = (((qh >> 3) & 1) as u16 * 0x00ff) | (((qh >> 7) & 1) as u16 * 0xff00);
                     let w = _mm512_add_ps(grid16(g0, g1), _mm512_mask_blend_ps(m, pos, neg));
                     let w = _mm512_mul_ps(w, _mm512_set1_ps(iq1m_scale(d, sc, ib, h)));
                     let a = &mut acc[(ib & 1) * 2 + h];
