@@ -362,16 +362,6 @@ mod x86 {
         )
     }
 
-    /// The 8 signed weights of an IQ2_XS `u16` (9-bit grid index, 7-bit sign index).
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn xs8(q: u32) -> __m256 {
-        signed_row(
-            &F_IQ2XS.0[(q & 511) as usize],
-            &KSIGN_MASKS.0[((q >> 9) & 127) as usize],
-        )
-    }
-
     /// The 8 signed weights of IQ2_S group `k` (index low byte, 2 high bits, sign byte).
     ///
     /// # Safety
@@ -438,6 +428,53 @@ mod x86 {
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 
+    /// Per-block precomputation for IQ2_XS: byte offsets of the 32 grid rows
+    /// and sign-mask rows, and the 16 scales `d/4·(0.5 + s)`.
+    #[repr(C, align(32))]
+    struct XsPrep {
+        grid: [u16; 32],
+        sign: [u16; 32],
+        db: [f32; 16],
+    }
+
+    /// # Safety
+    /// `b` must point to a whole IQ2_XS block; CPU must have AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xs_prep(b: *const u8, p: &mut XsPrep) {
+        let m9 = _mm256_set1_epi16(511);
+        for h in 0..2 {
+            let q = _mm256_loadu_si256(b.add(2 + 32 * h).cast());
+            let g = _mm256_slli_epi16::<5>(_mm256_and_si256(q, m9));
+            let s = _mm256_slli_epi16::<5>(_mm256_srli_epi16::<9>(q));
+            _mm256_store_si256(p.grid.as_mut_ptr().add(16 * h).cast(), g);
+            _mm256_store_si256(p.sign.as_mut_ptr().add(16 * h).cast(), s);
+        }
+        let d = _mm256_set1_ps(f16_ptr(b) * 0.25);
+        let sc = _mm_loadl_epi64(b.add(66).cast());
+        let m4 = _mm_set1_epi8(15);
+        let lo = _mm_and_si128(sc, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(sc), m4);
+        let s16 = _mm_unpacklo_epi8(lo, hi);
+        let half = _mm256_set1_ps(0.5);
+        for (j, v) in [s16, _mm_srli_si128::<8>(s16)].into_iter().enumerate() {
+            let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+            _mm256_store_ps(
+                p.db.as_mut_ptr().add(8 * j),
+                _mm256_mul_ps(d, _mm256_add_ps(f, half)),
+            );
+        }
+    }
+
+    /// Signed weights of group `k` from a prepared block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xs_group(p: &XsPrep, k: usize) -> __m256 {
+        let row = F_IQ2XS.0.as_ptr().cast::<u8>().add(p.grid[k] as usize);
+        let m = KSIGN_MASKS.0.as_ptr().cast::<u8>().add(p.sign[k] as usize);
+        _mm256_xor_ps(_mm256_load_ps(row.cast()), _mm256_load_ps(m.cast()))
+    }
+
     /// # Safety
     /// CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
@@ -445,23 +482,21 @@ mod x86 {
         let nb = data.len() / IQ2XS_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
         let mut acc = [_mm256_setzero_ps(); 2];
+        let mut p = XsPrep {
+            grid: [0; 32],
+            sign: [0; 32],
+            db: [0.0; 16],
+        };
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b) * 0.25;
-            for ib in 0..8 {
-                let sc = *b.add(66 + ib) as u32;
-                let q01 = rd32(b.add(2 + 8 * ib));
-                let q23 = rd32(b.add(6 + 8 * ib));
-                let xp = xb.add(32 * ib);
-                let t0 = _mm256_mul_ps(xs8(q01), _mm256_loadu_ps(xp));
-                let t0 = _mm256_fmadd_ps(xs8(q01 >> 16), _mm256_loadu_ps(xp.add(8)), t0);
-                let t1 = _mm256_mul_ps(xs8(q23), _mm256_loadu_ps(xp.add(16)));
-                let t1 = _mm256_fmadd_ps(xs8(q23 >> 16), _mm256_loadu_ps(xp.add(24)), t1);
-                let db0 = _mm256_set1_ps(d * (0.5 + (sc & 15) as f32));
-                let db1 = _mm256_set1_ps(d * (0.5 + (sc >> 4) as f32));
-                acc[0] = _mm256_fmadd_ps(t0, db0, acc[0]);
-                acc[1] = _mm256_fmadd_ps(t1, db1, acc[1]);
+            xs_prep(b, &mut p);
+            for j in 0..16 {
+                let xp = xb.add(16 * j);
+                let t = _mm256_mul_ps(xs_group(&p, 2 * j), _mm256_loadu_ps(xp));
+                let t = _mm256_fmadd_ps(xs_group(&p, 2 * j + 1), _mm256_loadu_ps(xp.add(8)), t);
+                let db = _mm256_broadcast_ss(&p.db[j]);
+                acc[j & 1] = _mm256_fmadd_ps(t, db, acc[j & 1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -474,23 +509,19 @@ mod x86 {
         let nb = data.len() / IQ2XS_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
         let mut acc = [_mm512_setzero_ps(); 2];
+        let mut p = XsPrep {
+            grid: [0; 32],
+            sign: [0; 32],
+            db: [0.0; 16],
+        };
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let d = f16_ptr(b) * 0.25;
-            for ib in 0..8 {
-                let sc = *b.add(66 + ib) as u32;
-                let q01 = rd32(b.add(2 + 8 * ib));
-                let q23 = rd32(b.add(6 + 8 * ib));
-                let xp = xb.add(32 * ib);
-                let w0 = join(xs8(q01), xs8(q01 >> 16));
-                let w1 = join(xs8(q23), xs8(q23 >> 16));
-                let db0 = d * (0.5 + (sc & 15) as f32);
-                let db1 = d * (0.5 + (sc >> 4) as f32);
-                let w0 = _mm512_mul_ps(w0, _mm512_set1_ps(db0));
-                let w1 = _mm512_mul_ps(w1, _mm512_set1_ps(db1));
-                acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp), acc[0]);
-                acc[1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), acc[1]);
+            xs_prep(b, &mut p);
+            for j in 0..16 {
+                let w = join(xs_group(&p, 2 * j), xs_group(&p, 2 * j + 1));
+                let w = _mm512_mul_ps(w, _mm512_set1_ps(p.db[j]));
+                acc[j & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(16 * j)), acc[j & 1]);
             }
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
