@@ -14,6 +14,7 @@ LAYER = {
     "redlite-tokenizer": 1,
     "redlite-backend": 2,
     "redlite-model": 3,
+    "redlite-synth": 3,
     "redlite-engine": 4,
     "redlite-server": 5,
     "redlite-cli": 6,

@@ -1,1 +1,5 @@
-//! Generation: sampling, stop conditions, the decode loop
+//! Generation on top of the model: sampling, stop conditions, the decode loop.
+
+pub mod sampling;
+
+pub use sampling::{argmax, Sampler, SamplingParams};

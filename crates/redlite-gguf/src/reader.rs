@@ -392,7 +392,7 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
             .iter()
             .try_fold(row_bytes, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| terr(format!("size of dimensions {dims:?} overflows")))?;
-        if rel_offset % alignment != 0 {
+        if !rel_offset.is_multiple_of(alignment) {
             return Err(terr(format!(
                 "data offset {rel_offset} is not a multiple of the alignment {alignment}"
             )));

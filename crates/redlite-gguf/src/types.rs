@@ -140,7 +140,7 @@ impl GgmlType {
     /// number of blocks or the size overflows.
     pub fn row_bytes(self, ne0: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if ne0 % bs != 0 {
+        if !ne0.is_multiple_of(bs) {
             return None;
         }
         (ne0 / bs).checked_mul(self.type_size() as u64)

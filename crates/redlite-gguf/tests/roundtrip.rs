@@ -59,7 +59,10 @@ fn round_trip_metadata_and_tensors() {
     assert_eq!(f.architecture().unwrap(), "qwen3next");
     assert_eq!(f.get_u64("qwen3next.block_count").unwrap(), Some(4));
     assert_eq!(f.get_f64("qwen3next.rope.freq_base").unwrap(), Some(1e7));
-    assert_eq!(f.get_bool("tokenizer.ggml.add_bos_token").unwrap(), Some(false));
+    assert_eq!(
+        f.get_bool("tokenizer.ggml.add_bos_token").unwrap(),
+        Some(false)
+    );
     assert_eq!(f.get("k.i8"), Some(&MetaValue::I8(-7)));
     assert_eq!(f.get("k.u16"), Some(&MetaValue::U16(65535)));
     assert_eq!(f.get("k.i16"), Some(&MetaValue::I16(-300)));
@@ -91,8 +94,6 @@ fn round_trip_metadata_and_tensors() {
     assert_eq!(data, &s[..]);
 }
 
-use std::io::Write;
-
 #[test]
 fn custom_alignment() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,10 +114,17 @@ fn custom_alignment() {
 #[test]
 fn writer_rejects_bad_tensors() {
     let mut w = GgufWriter::new();
-    assert!(w.add_tensor("q", &[100], GgmlType::Q4_K, vec![0; 144]).is_err());
-    assert!(w.add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 143]).is_err());
-    w.add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 144]).unwrap();
-    assert!(w.add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 144]).is_err());
+    assert!(w
+        .add_tensor("q", &[100], GgmlType::Q4_K, vec![0; 144])
+        .is_err());
+    assert!(w
+        .add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 143])
+        .is_err());
+    w.add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 144])
+        .unwrap();
+    assert!(w
+        .add_tensor("q", &[256], GgmlType::Q4_K, vec![0; 144])
+        .is_err());
     assert!(w.set_alignment(48).is_err());
 }
 
@@ -154,7 +162,10 @@ fn rejects_malformed_files() {
     expect_err(&b, "version");
     // Every truncation is an error, never a panic.
     for cut in 0..good.len() {
-        assert!(parse_bytes(&good[..cut], "bad.gguf").is_err(), "cut at {cut}");
+        assert!(
+            parse_bytes(&good[..cut], "bad.gguf").is_err(),
+            "cut at {cut}"
+        );
     }
     // Absurd tensor count.
     let mut b = good.clone();
