@@ -201,6 +201,9 @@ mod x86 {
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 
+    /// Rows of `+delta` and `-delta`, selected by a delta sign bit.
+    static DELTA_ROWS: A32<[[f32; 8]; 2]> = A32([[IQ1M_DELTA; 8], [-IQ1M_DELTA; 8]]);
+
     /// IQ1_M scale words of the block at `b`.
     ///
     /// # Safety
@@ -225,11 +228,13 @@ mod x86 {
             for ib in 0..8 {
                 for (h, a) in acc.iter_mut().enumerate() {
                     let k = 4 * ib + 2 * h;
-                    let qh = *b.add(32 + k / 2);
-                    let (g0, d0) = iq1m_group(*b.add(k), qh);
-                    let (g1, d1) = iq1m_group(*b.add(k + 1), qh >> 4);
-                    let w0 = _mm256_add_ps(grid8(g0), _mm256_set1_ps(d0));
-                    let w1 = _mm256_add_ps(grid8(g1), _mm256_set1_ps(d1));
+                    let qh = *b.add(32 + k / 2) as usize;
+                    let i0 = *b.add(k) as usize | ((qh & 7) << 8);
+                    let i1 = *b.add(k + 1) as usize | (((qh >> 4) & 7) << 8);
+                    let d0 = _mm256_load_ps(DELTA_ROWS.0[(qh >> 3) & 1].as_ptr());
+                    let d1 = _mm256_load_ps(DELTA_ROWS.0[(qh >> 7) & 1].as_ptr());
+                    let w0 = _mm256_add_ps(grid8(iq1s_grid[i0 & 2047]), d0);
+                    let w1 = _mm256_add_ps(grid8(iq1s_grid[i1 & 2047]), d1);
                     let xp = xb.add(8 * k);
                     let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
                     let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
