@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use crate::simd::{axpy, dot};
+use crate::simd::{axpy, dot, exp_sub_sum, scores_t};
 use crate::{AttnShape, Backend, DeltaInputs, QMat};
 
 /// Rows of a weight tile dequantized at once in the batched product.
@@ -294,7 +294,8 @@ fn delta_all_heads(inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32], f:
 }
 
 /// Causal attention of one query head over query tokens `t0..t1`; returns
-/// `[(t1 - t0), head_dim]`.
+/// `[(t1 - t0), head_dim]`. Online softmax over key blocks: scores of a key
+/// block against a transposed copy of it, exp with max-subtraction, f64 sums.
 fn attn_block(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], h: usize, t0: usize, t1: usize) -> Vec<f32> {
     let hd = s.head_dim;
     let kvh = h / (s.n_head / s.n_head_kv);
@@ -303,40 +304,44 @@ fn attn_block(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], h: usize, t0: usiz
     let mut mx = vec![f32::NEG_INFINITY; nq];
     let mut sum = vec![0f64; nq];
     let mut scores = vec![0f32; ATT_KB];
+    let mut kt = vec![0f32; hd * ATT_KB];
+    let mut qs = vec![0f32; hd];
     let n_keys = s.pos0 + t1; // keys visible to the last query
+    let row = |j: usize| ((j * s.n_head_kv + kvh) * hd)..((j * s.n_head_kv + kvh + 1) * hd);
     let mut k0 = 0;
     while k0 < n_keys {
         let k1 = (k0 + ATT_KB).min(n_keys);
+        let nk = k1 - k0;
+        for j in 0..nk {
+            for (d, &x) in k[row(k0 + j)].iter().enumerate() {
+                kt[d * nk + j] = x;
+            }
+        }
         for qi in 0..nq {
             let t = t0 + qi;
             let last = (s.pos0 + t + 1).min(k1); // exclusive
             if last <= k0 {
                 continue;
             }
-            let qv = &q[(t * s.n_head + h) * hd..(t * s.n_head + h + 1) * hd];
-            let sc = &mut scores[..last - k0];
-            let mut bmax = f32::NEG_INFINITY;
-            for (j, sj) in sc.iter_mut().enumerate() {
-                let kr = &k[((k0 + j) * s.n_head_kv + kvh) * hd..((k0 + j) * s.n_head_kv + kvh + 1) * hd];
-                *sj = dot(qv, kr) * s.scale;
-                bmax = bmax.max(*sj);
-            }
+            let valid = last - k0;
+            qs.iter_mut()
+                .zip(&q[(t * s.n_head + h) * hd..(t * s.n_head + h + 1) * hd])
+                .for_each(|(a, b)| *a = b * s.scale);
+            scores_t(&qs, &kt[..hd * nk], nk, &mut scores);
+            let sc = &mut scores[..valid];
+            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             let o = &mut out[qi * hd..(qi + 1) * hd];
             let m_new = mx[qi].max(bmax);
             if m_new > mx[qi] && mx[qi] != f32::NEG_INFINITY {
-                let corr = (mx[qi] - m_new).exp();
-                o.iter_mut().for_each(|x| *x *= corr);
-                sum[qi] *= corr as f64;
+                let corr = ((mx[qi] - m_new) as f64).exp();
+                o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
+                sum[qi] *= corr;
             }
             mx[qi] = m_new;
-            let mut bs = 0f64;
-            for (j, sj) in sc.iter().enumerate() {
-                let pj = (sj - m_new).exp();
-                bs += pj as f64;
-                let vr = &v[((k0 + j) * s.n_head_kv + kvh) * hd..((k0 + j) * s.n_head_kv + kvh + 1) * hd];
-                axpy(o, pj, vr);
+            sum[qi] += exp_sub_sum(sc, m_new);
+            for (j, &pj) in sc.iter().enumerate() {
+                axpy(o, pj, &v[row(k0 + j)]);
             }
-            sum[qi] += bs;
         }
         k0 = k1;
     }
@@ -439,5 +444,174 @@ impl Backend for CpuBackend {
                 out[(tt * nh + h) * hd..(tt * nh + h + 1) * hd].copy_from_slice(row);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlite_gguf::GgmlType;
+
+    struct Rng(u64);
+    impl Rng {
+        fn f(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.f()).collect()
+        }
+    }
+
+    fn backend() -> CpuBackend {
+        CpuBackend::new(Some(2)).expect("pool")
+    }
+
+    fn l2(v: &mut [f32], dim: usize) {
+        for r in v.chunks_mut(dim) {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            r.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+
+    #[test]
+    fn chunked_delta_rule_matches_recurrence() {
+        let (h_k, h_v, d_k, d_v) = (2, 4, 16, 8);
+        let be = backend();
+        for &t in &[1usize, 2, 3, 63, 64, 65, 130] {
+            let mut r = Rng(t as u64 + 7);
+            let mut q = r.vec(t * h_k * d_k);
+            let mut k = r.vec(t * h_k * d_k);
+            l2(&mut q, d_k);
+            l2(&mut k, d_k);
+            let v = r.vec(t * h_v * d_v);
+            let beta: Vec<f32> = (0..t * h_v).map(|_| 0.5 + 0.5 * r.f()).collect();
+            let g: Vec<f32> = (0..t * h_v).map(|_| -0.3 * (1.0 + r.f())).collect();
+            let inp = DeltaInputs { q: &q, k: &k, v: &v, beta: &beta, g: &g, n_tok: t, h_k, h_v, d_k, d_v };
+            let s0 = r.vec(h_v * d_v * d_k);
+            let (mut s1, mut s2) = (s0.clone(), s0.clone());
+            let mut o1 = vec![0f32; t * h_v * d_v];
+            let mut o2 = o1.clone();
+            be.delta_rule_recurrent(&inp, &mut s1, &mut o1);
+            be.delta_rule_chunked(&inp, &mut s2, &mut o2);
+            let d_o = o1.iter().zip(&o2).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let d_s = s1.iter().zip(&s2).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(d_o < 1e-4 && d_s < 1e-4, "T={t}: output {d_o}, state {d_s}");
+        }
+    }
+
+    fn bf16_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn matmul_paths_match_f64_reference() {
+        let be = backend();
+        let (n_in, n_out) = (64, 37);
+        let mut r = Rng(3);
+        let wf = r.vec(n_in * n_out);
+        // Q8_0 blocks: f16 scale 2^-6, 32 signed bytes.
+        let mut q8 = Vec::new();
+        let mut q8f = Vec::new();
+        for _ in 0..n_in * n_out / 32 {
+            q8.extend_from_slice(&0x2400u16.to_le_bytes());
+            for _ in 0..32 {
+                let b = (r.f() * 127.0) as i8;
+                q8.push(b as u8);
+                q8f.push(b as f32 / 64.0);
+            }
+        }
+        let bf = bf16_bytes(&wf);
+        let bff: Vec<f32> = wf.iter().map(|x| f32::from_bits(x.to_bits() & 0xffff_0000)).collect();
+        for (ty, bytes, deq) in [(GgmlType::BF16, &bf, &bff), (GgmlType::Q8_0, &q8, &q8f)] {
+            let w = QMat::new(ty, n_in, n_out, bytes).expect("qmat");
+            for &t in &[1usize, 2, 3, 5, 70] {
+                let x = r.vec(t * n_in);
+                let mut y = vec![0f32; t * n_out];
+                be.matmul(&w, &x, t, &mut y);
+                for tt in 0..t {
+                    for o in 0..n_out {
+                        let e: f64 = (0..n_in)
+                            .map(|i| deq[o * n_in + i] as f64 * x[tt * n_in + i] as f64)
+                            .sum();
+                        let got = y[tt * n_out + o] as f64;
+                        assert!((got - e).abs() < 1e-4, "{ty} T={t} ({tt},{o}): {got} vs {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn qmat_rejects_bad_sizes() {
+        assert!(QMat::new(GgmlType::BF16, 64, 2, &[0u8; 100]).is_err());
+        assert!(QMat::new(GgmlType::Q8_0, 48, 1, &[0u8; 51]).is_err());
+        assert!(QMat::new(GgmlType::I32, 4, 1, &[0u8; 16]).is_err());
+    }
+
+    #[test]
+    fn attention_matches_naive_softmax() {
+        let be = backend();
+        let (nh, nkv, hd) = (4, 2, 16);
+        let (pos0, t) = (300, 70); // crosses query and key block boundaries
+        let mut r = Rng(11);
+        let q = r.vec(t * nh * hd);
+        let k: Vec<f32> = r.vec((pos0 + t) * nkv * hd).iter().map(|x| 3.0 * x).collect();
+        let v = r.vec((pos0 + t) * nkv * hd);
+        let s = AttnShape { n_tok: t, pos0, n_head: nh, n_head_kv: nkv, head_dim: hd, scale: 0.25 };
+        let mut out = vec![0f32; t * nh * hd];
+        be.attention(&s, &q, &k, &v, &mut out);
+        for tt in [0, 1, 31, 32, 69] {
+            for h in 0..nh {
+                let kv = h / 2;
+                let qv = &q[(tt * nh + h) * hd..][..hd];
+                let sc: Vec<f64> = (0..=pos0 + tt)
+                    .map(|j| {
+                        let kr = &k[(j * nkv + kv) * hd..][..hd];
+                        0.25 * qv.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+                for dd in 0..hd {
+                    let e: f64 = sc
+                        .iter()
+                        .enumerate()
+                        .map(|(j, x)| (x - m).exp() / z * v[(j * nkv + kv) * hd + dd] as f64)
+                        .sum();
+                    let got = out[(tt * nh + h) * hd + dd] as f64;
+                    assert!((got - e).abs() < 1e-5, "t{tt} h{h} d{dd}: {got} vs {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conv_state_carries_across_batches() {
+        let be = backend();
+        let (ch, kk, t) = (5, 4, 7);
+        let mut r = Rng(5);
+        let x = r.vec(t * ch);
+        let w = r.vec(ch * kk);
+        let mut s_all = vec![0f32; ch * (kk - 1)];
+        let mut out_all = vec![0f32; t * ch];
+        be.ssm_conv_silu(&x, t, ch, kk, &w, &mut s_all, &mut out_all);
+        // Same input in pieces of 1, 2 and 4 tokens (fewer than K−1 included).
+        let mut s = vec![0f32; ch * (kk - 1)];
+        let mut out = Vec::new();
+        let mut t0 = 0;
+        for n in [1, 2, 4] {
+            let mut o = vec![0f32; n * ch];
+            be.ssm_conv_silu(&x[t0 * ch..(t0 + n) * ch], n, ch, kk, &w, &mut s, &mut o);
+            out.extend(o);
+            t0 += n;
+        }
+        assert_eq!(out, out_all);
+        assert_eq!(s, s_all);
+        // And against the definition for the last token, channel 2.
+        let c = 2;
+        let pre: f32 = (0..kk).map(|i| w[c * kk + i] * x[(t - kk + i) * ch + c]).sum();
+        let want = pre / (1.0 + (-pre).exp());
+        assert!((out_all[(t - 1) * ch + c] - want).abs() < 1e-6);
     }
 }

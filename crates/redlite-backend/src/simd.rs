@@ -68,6 +68,79 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     axpy_scalar(y, alpha, x)
 }
 
+/// Scalar reference: `s[j] = Σ_d q[d]·kt[d·n + j]` for `j < n` (`kt` is a
+/// `[q.len(), n]` transposed key block).
+pub fn scores_t_scalar(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
+    s[..n].iter_mut().for_each(|v| *v = 0.0);
+    for (d, &qd) in q.iter().enumerate() {
+        for j in 0..n {
+            s[j] += qd * kt[d * n + j];
+        }
+    }
+}
+
+/// `s[j] = Σ_d q[d]·kt[d·n + j]` for `j < n`.
+#[inline]
+pub fn scores_t(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
+    assert!(kt.len() >= q.len() * n && s.len() >= n, "scores_t: sizes");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA were detected; sizes were checked above.
+        unsafe { x86::scores_t_avx2(q, kt, n, s) };
+        return;
+    }
+    scores_t_scalar(q, kt, n, s)
+}
+
+const EXP_HI: f32 = 88.376_26;
+const EXP_LO: f32 = -87.336_55;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const EXP_C1: f32 = 0.693_359_4;
+const EXP_C2: f32 = -2.121_944_4e-4;
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
+
+/// Scalar reference of the vector exp (Cephes `expf` polynomial, ~1 ulp;
+/// inputs below −87.3 give ~0).
+pub fn exp_poly(x: f32) -> f32 {
+    let x = x.clamp(EXP_LO, EXP_HI);
+    let fx = (x * LOG2E + 0.5).floor();
+    let r = x - fx * EXP_C1 - fx * EXP_C2;
+    let mut y = EXP_P[0];
+    for &c in &EXP_P[1..] {
+        y = y * r + c;
+    }
+    let y = y * r * r + r + 1.0;
+    y * f32::from_bits(((fx as i32 + 127) as u32) << 23)
+}
+
+/// Scalar reference: `x[i] = exp(x[i] − m)`; returns `Σ x[i]` (f64).
+pub fn exp_sub_sum_scalar(x: &mut [f32], m: f32) -> f64 {
+    let mut s = 0f64;
+    for v in x.iter_mut() {
+        *v = exp_poly(*v - m);
+        s += *v as f64;
+    }
+    s
+}
+
+/// `x[i] = exp(x[i] − m)` (for `x[i] ≤ m`); returns `Σ x[i]`.
+#[inline]
+pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA were detected on this CPU.
+        return unsafe { x86::exp_sub_sum_avx2(x, m) };
+    }
+    exp_sub_sum_scalar(x, m)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -108,6 +181,96 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scores_t_avx2(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
+        let (pk, ps) = (kt.as_ptr(), s.as_mut_ptr());
+        let mut j = 0;
+        // SAFETY (whole body): the caller checked kt.len() >= q.len()·n and
+        // s.len() >= n; every index below is d·n + j' with j' < n.
+        while j + 32 <= n {
+            let mut a = [_mm256_setzero_ps(); 4];
+            for (d, &qd) in q.iter().enumerate() {
+                let b = _mm256_set1_ps(qd);
+                let row = pk.add(d * n + j);
+                for (l, al) in a.iter_mut().enumerate() {
+                    *al = _mm256_fmadd_ps(b, _mm256_loadu_ps(row.add(8 * l)), *al);
+                }
+            }
+            for (l, al) in a.iter().enumerate() {
+                _mm256_storeu_ps(ps.add(j + 8 * l), *al);
+            }
+            j += 32;
+        }
+        while j + 8 <= n {
+            let mut a = _mm256_setzero_ps();
+            for (d, &qd) in q.iter().enumerate() {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(qd), _mm256_loadu_ps(pk.add(d * n + j)), a);
+            }
+            _mm256_storeu_ps(ps.add(j), a);
+            j += 8;
+        }
+        while j < n {
+            let mut a = 0f32;
+            for (d, &qd) in q.iter().enumerate() {
+                a += qd * *pk.add(d * n + j);
+            }
+            *ps.add(j) = a;
+            j += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp8(x: __m256) -> __m256 {
+        use super::{EXP_C1, EXP_C2, EXP_HI, EXP_LO, EXP_P, LOG2E};
+        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+        let fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5)));
+        // Same operation order as the scalar twin (no fused steps here).
+        let r = _mm256_sub_ps(
+            _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(EXP_C1))),
+            _mm256_mul_ps(fx, _mm256_set1_ps(EXP_C2)),
+        );
+        let mut y = _mm256_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
+            y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_add_ps(
+            _mm256_fmadd_ps(_mm256_mul_ps(y, r), r, r),
+            _mm256_set1_ps(1.0),
+        );
+        let e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)),
+            23,
+        );
+        _mm256_mul_ps(y, _mm256_castsi256_ps(e))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn exp_sub_sum_avx2(x: &mut [f32], m: f32) -> f64 {
+        let n = x.len();
+        let p = x.as_mut_ptr();
+        let vm = _mm256_set1_ps(m);
+        let mut acc = _mm256_setzero_pd();
+        let mut i = 0;
+        // SAFETY (whole body): every access is at an index < n.
+        while i + 8 <= n {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm));
+            _mm256_storeu_ps(p.add(i), e);
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+            i += 8;
+        }
+        let mut lanes = [0f64; 4];
+        _mm256_storeu_pd(lanes.as_mut_ptr(), acc);
+        let mut s: f64 = lanes.iter().sum();
+        while i < n {
+            let e = super::exp_poly(*p.add(i) - m);
+            *p.add(i) = e;
+            s += e as f64;
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
     pub unsafe fn axpy_avx2(y: &mut [f32], alpha: f32, x: &[f32]) {
         let n = y.len().min(x.len());
         let (py, px) = (y.as_mut_ptr(), x.as_ptr());
@@ -138,6 +301,33 @@ mod tests {
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
+    }
+
+    #[test]
+    fn scores_and_exp_match_scalar() {
+        for (nq, n) in [(16usize, 1usize), (64, 40), (64, 256), (8, 7)] {
+            let q = rand_vec(nq, n as u64);
+            let kt = rand_vec(nq * n, 5 + n as u64);
+            let (mut s1, mut s2) = (vec![0f32; n], vec![0f32; n]);
+            scores_t(&q, &kt, n, &mut s1);
+            scores_t_scalar(&q, &kt, n, &mut s2);
+            for (j, (a, b)) in s1.iter().zip(&s2).enumerate() {
+                let e: f64 = (0..nq).map(|d| q[d] as f64 * kt[d * n + j] as f64).sum();
+                assert!((a - b).abs() < 1e-5 && (*a as f64 - e).abs() < 1e-5, "{a} {b} {e}");
+            }
+        }
+        let xs: Vec<f32> = (0..1000).map(|i| -100.0 + i as f32 * 0.1013).collect();
+        for m in [0.0f32, 1.5] {
+            let (mut a, mut b) = (xs.clone(), xs.clone());
+            let sa = exp_sub_sum(&mut a, m);
+            let sb = exp_sub_sum_scalar(&mut b, m);
+            assert!((sa - sb).abs() <= 1e-6 * sb.abs());
+            for ((x, ea), eb) in xs.iter().zip(&a).zip(&b) {
+                let e = ((*x - m) as f64).exp();
+                assert!((*ea as f64 - e).abs() <= 4e-7 * e + 1e-37, "exp({x}): {ea} vs {e}");
+                assert!((*eb as f64 - e).abs() <= 4e-7 * e + 1e-37, "exp({x}): {eb} vs {e}");
+            }
+        }
     }
 
     #[test]
