@@ -5,3 +5,5 @@
 //! * chat templates rendered with minijinja;
 //! * a streaming parser from generated text to OpenAI-style message deltas
 //!   (content, reasoning, Qwen3-Coder tool calls).
+pub mod template;
+pub mod toolcall;

@@ -1,0 +1,911 @@
+//! Chat templates: render a model's `tokenizer.chat_template` (Jinja) the way
+//! Hugging Face `transformers` does.
+//!
+//! The engine is `minijinja`, configured to behave like the Jinja2 environment
+//! built by transformers' `_compile_jinja_template`:
+//!
+//! * `trim_blocks` and `lstrip_blocks` on, trailing newline of the source dropped,
+//!   `break`/`continue` available (`loopcontrols`);
+//! * Python string/dict/list methods (`strip`, `startswith`, `split`, `items`,
+//!   `get`, …) through `minijinja_contrib::pycompat`;
+//! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
+//! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
+//!   local time of the host);
+//! * `tojson` is transformers' own filter: `json.dumps(x, ensure_ascii=False)`
+//!   with Python's separators (`", "`, `": "`), key order preserved, no HTML
+//!   escaping; `indent`, `separators`, `sort_keys` and `ensure_ascii` keyword
+//!   arguments are honoured;
+//! * values print like Python's `str()`: `{{ x }}` and the `string` filter give
+//!   `True`/`False` for booleans, `None` for null, Python float `repr`, and
+//!   Python `repr` syntax for lists and dicts (`['a', 'b']`, `{'k': 1}`). Tool-call
+//!   arguments rendered by the Qwen3-Coder template therefore carry booleans as
+//!   `True`/`False`, exactly as the model saw them in training; the tool-call
+//!   parser accepts both spellings. (Known difference: the `~` operator uses
+//!   minijinja's own formatting, `true`/`false`.)
+//! * the `iterable` and `sequence` tests follow Python: `none is iterable` is
+//!   false, a dict `is sequence`.
+//!
+//! Messages are normalised before rendering (see [`normalize_messages`]):
+//! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
+//! tool-call `arguments` given as JSON strings are parsed into objects, and a
+//! replayed `reasoning` field is also offered as `reasoning_content`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use minijinja::value::{Kwargs, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, State, Value};
+use serde_json::{Map, Value as Json};
+use thiserror::Error as ThisError;
+
+/// Errors from compiling or rendering a chat template.
+#[derive(Debug, ThisError)]
+pub enum TemplateError {
+    /// The template source does not compile.
+    #[error("chat template does not compile: {0}")]
+    Syntax(String),
+    /// The template called `raise_exception(message)`.
+    #[error("chat template rejected the conversation: {0}")]
+    Raised(String),
+    /// Rendering failed (type error, undefined attribute, …).
+    #[error("chat template rendering failed: {0}")]
+    Render(String),
+    /// A message does not have the expected shape.
+    #[error("message {index}: {reason}")]
+    InvalidMessage { index: usize, reason: String },
+    /// A tool definition does not have the expected shape.
+    #[error("tool {index}: {reason}")]
+    InvalidTool { index: usize, reason: String },
+    /// An extra keyword argument would replace one the renderer sets itself.
+    #[error("template keyword argument '{0}' is reserved")]
+    ReservedKwarg(String),
+    /// The GGUF metadata could not be read.
+    #[error("reading chat template metadata: {0}")]
+    Gguf(String),
+}
+
+/// Name under which the template is stored in the environment.
+const TEMPLATE_NAME: &str = "chat_template";
+/// Marker put in front of `raise_exception` messages to recognise them.
+const RAISE_MARKER: &str = "\u{1}raise_exception\u{1}";
+
+/// A plain ChatML template, used when a model file carries no chat template.
+/// Tool definitions and tool calls are rendered in the Qwen/Hermes JSON style.
+pub const CHATML_TEMPLATE: &str = r##"{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+{{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}
+{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}
+{%- elif message.role == 'assistant' and message.tool_calls %}
+{{- '<|im_start|>assistant' }}
+{%- if message.content %}{{- '\n' + message.content }}{%- endif %}
+{%- for tool_call in message.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\n<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' + (tool_call.arguments | tojson) + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\n' + (message.content or '') + '<|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"##;
+
+/// A compiled chat template plus the special-token strings it may refer to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    is_fallback: bool,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source_len", &self.source.len())
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("is_fallback", &self.is_fallback)
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// Compile `source` (Jinja). `bos`/`eos` are exposed to the template as
+    /// `bos_token` / `eos_token`.
+    pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
+        let mut env = build_environment();
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            bos_token: bos.to_string(),
+            eos_token: eos.to_string(),
+            is_fallback: false,
+        })
+    }
+
+    /// The built-in ChatML template ([`CHATML_TEMPLATE`]).
+    pub fn chatml(bos: &str, eos: &str) -> ChatTemplate {
+        match ChatTemplate::new(CHATML_TEMPLATE, bos, eos) {
+            Ok(mut t) => {
+                t.is_fallback = true;
+                t
+            }
+            // The built-in source is a constant covered by tests.
+            Err(e) => unreachable!("built-in ChatML template does not compile: {e}"),
+        }
+    }
+
+    /// The template stored in a GGUF file (`tokenizer.chat_template`), or the
+    /// ChatML fallback when the file has none. `bos_token`/`eos_token` are the
+    /// texts of the tokens named by `tokenizer.ggml.bos_token_id` /
+    /// `eos_token_id` (empty when absent).
+    pub fn from_gguf(file: &redlite_gguf::GgufFile) -> Result<ChatTemplate, TemplateError> {
+        let gguf_err = |e: redlite_gguf::GgufError| TemplateError::Gguf(e.to_string());
+        let tokens = file
+            .get_str_array("tokenizer.ggml.tokens")
+            .map_err(gguf_err)?
+            .unwrap_or(&[]);
+        let token_text = |key: &str| -> Result<String, TemplateError> {
+            match file.get_u64(key).map_err(gguf_err)? {
+                None => Ok(String::new()),
+                Some(id) => tokens.get(id as usize).cloned().ok_or_else(|| {
+                    TemplateError::Gguf(format!(
+                        "{key} = {id} is outside the token list ({} tokens)",
+                        tokens.len()
+                    ))
+                }),
+            }
+        };
+        let bos = token_text("tokenizer.ggml.bos_token_id")?;
+        let eos = token_text("tokenizer.ggml.eos_token_id")?;
+        match file.get_str("tokenizer.chat_template").map_err(gguf_err)? {
+            Some(src) if !src.trim().is_empty() => ChatTemplate::new(src, &bos, &eos),
+            _ => Ok(ChatTemplate::chatml(&bos, &eos)),
+        }
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether this is the built-in ChatML fallback.
+    pub fn is_fallback(&self) -> bool {
+        self.is_fallback
+    }
+
+    /// Render a conversation.
+    ///
+    /// * `messages`: OpenAI-style message objects (normalised first, see
+    ///   [`normalize_messages`]);
+    /// * `tools`: OpenAI tool definitions; `None` renders `tools` as `none`,
+    ///   like transformers does when no tools are given;
+    /// * `add_generation_prompt`: append the assistant header;
+    /// * `extra`: further template variables (`chat_template_kwargs`), which
+    ///   may override `bos_token`/`eos_token` but not `messages`, `tools` or
+    ///   `add_generation_prompt`.
+    pub fn render(
+        &self,
+        messages: &[Json],
+        tools: Option<&[Json]>,
+        add_generation_prompt: bool,
+        extra: &Map<String, Json>,
+    ) -> Result<String, TemplateError> {
+        let messages = normalize_messages(messages)?;
+        if let Some(tools) = tools {
+            for (index, tool) in tools.iter().enumerate() {
+                if !tool.is_object() {
+                    return Err(TemplateError::InvalidTool {
+                        index,
+                        reason: format!("expected an object, got {}", json_kind(tool)),
+                    });
+                }
+            }
+        }
+        let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
+        ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
+        ctx.insert("eos_token".into(), Value::from(self.eos_token.as_str()));
+        for (k, v) in extra {
+            if matches!(
+                k.as_str(),
+                "messages" | "tools" | "add_generation_prompt" | "documents"
+            ) {
+                return Err(TemplateError::ReservedKwarg(k.clone()));
+            }
+            ctx.insert(k.clone(), Value::from_serialize(v));
+        }
+        ctx.insert("messages".into(), Value::from_serialize(&messages));
+        ctx.insert(
+            "tools".into(),
+            match tools {
+                Some(t) => Value::from_serialize(t),
+                None => Value::from(()),
+            },
+        );
+        ctx.insert("documents".into(), Value::from(()));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        );
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        tmpl.render(Value::from(ctx))
+            .map_err(|e| classify_error(&e))
+    }
+}
+
+fn json_kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
+
+/// Normalise OpenAI-style messages into the shape chat templates expect:
+///
+/// * `role` must be a string; `developer` becomes `system`;
+/// * `content` given as an array of parts becomes the text parts joined with
+///   `"\n"` (non-text parts are rejected: the model is text-only); `null`
+///   content stays `null` on assistant messages with tool calls and becomes
+///   `""` elsewhere;
+/// * each tool call's `function.arguments` (or `arguments`) given as a JSON
+///   string is parsed into an object, as transformers and llama.cpp do before
+///   rendering;
+/// * `reasoning` is copied to `reasoning_content` when the latter is absent.
+pub fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>, TemplateError> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (index, msg) in messages.iter().enumerate() {
+        let bad = |reason: String| TemplateError::InvalidMessage { index, reason };
+        let Json::Object(obj) = msg else {
+            return Err(bad(format!("expected an object, got {}", json_kind(msg))));
+        };
+        let mut obj = obj.clone();
+        let role = match obj.get("role") {
+            Some(Json::String(r)) => r.clone(),
+            Some(other) => {
+                return Err(bad(format!(
+                    "'role' must be a string, got {}",
+                    json_kind(other)
+                )))
+            }
+            None => return Err(bad("missing 'role'".into())),
+        };
+        if role == "developer" {
+            obj.insert("role".into(), Json::String("system".into()));
+        }
+        let has_tool_calls = matches!(obj.get("tool_calls"), Some(Json::Array(a)) if !a.is_empty());
+        match obj.get("content") {
+            Some(Json::Array(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (pi, part) in parts.iter().enumerate() {
+                    match part {
+                        Json::String(s) => texts.push(s.clone()),
+                        Json::Object(p) => {
+                            let ty = p.get("type").and_then(Json::as_str).unwrap_or("text");
+                            if ty != "text" {
+                                return Err(bad(format!(
+                                    "content part {pi} has type '{ty}'; only text is supported"
+                                )));
+                            }
+                            match p.get("text") {
+                                Some(Json::String(s)) => texts.push(s.clone()),
+                                _ => {
+                                    return Err(bad(format!(
+                                        "content part {pi} has no string 'text'"
+                                    )))
+                                }
+                            }
+                        }
+                        other => {
+                            return Err(bad(format!(
+                                "content part {pi} must be an object, got {}",
+                                json_kind(other)
+                            )))
+                        }
+                    }
+                }
+                obj.insert("content".into(), Json::String(texts.join("\n")));
+            }
+            Some(Json::String(_)) => {}
+            Some(Json::Null) | None => {
+                if !has_tool_calls {
+                    obj.insert("content".into(), Json::String(String::new()));
+                } else {
+                    obj.insert("content".into(), Json::Null);
+                }
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "'content' must be a string, an array of parts or null, got {}",
+                    json_kind(other)
+                )))
+            }
+        }
+        if let Some(tcs) = obj.get_mut("tool_calls") {
+            match tcs {
+                Json::Array(calls) => {
+                    for (ci, call) in calls.iter_mut().enumerate() {
+                        normalize_tool_call(call)
+                            .map_err(|r| bad(format!("tool_calls[{ci}]: {r}")))?;
+                    }
+                }
+                Json::Null => {}
+                other => {
+                    return Err(bad(format!(
+                        "'tool_calls' must be an array, got {}",
+                        json_kind(other)
+                    )))
+                }
+            }
+        }
+        if !obj.contains_key("reasoning_content") {
+            if let Some(r @ Json::String(_)) = obj.get("reasoning") {
+                let r = r.clone();
+                obj.insert("reasoning_content".into(), r);
+            }
+        }
+        out.push(Json::Object(obj));
+    }
+    Ok(out)
+}
+
+fn normalize_tool_call(call: &mut Json) -> Result<(), String> {
+    let Json::Object(obj) = call else {
+        return Err(format!("expected an object, got {}", json_kind(call)));
+    };
+    let target = match obj.get_mut("function") {
+        Some(Json::Object(f)) => f,
+        Some(other) => {
+            return Err(format!(
+                "'function' must be an object, got {}",
+                json_kind(other)
+            ))
+        }
+        None => obj,
+    };
+    if !matches!(target.get("name"), Some(Json::String(_))) {
+        return Err("missing string 'name'".into());
+    }
+    if let Some(Json::String(s)) = target.get("arguments") {
+        let parsed: Json = if s.trim().is_empty() {
+            Json::Object(Map::new())
+        } else {
+            serde_json::from_str(s).map_err(|e| format!("'arguments' is not valid JSON: {e}"))?
+        };
+        if !parsed.is_object() {
+            return Err(format!(
+                "'arguments' must encode a JSON object, got {}",
+                json_kind(&parsed)
+            ));
+        }
+        target.insert("arguments".into(), parsed);
+    }
+    Ok(())
+}
+
+fn describe_error(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        let _ = write!(s, ": {inner}");
+        src = inner.source();
+    }
+    s
+}
+
+fn classify_error(e: &Error) -> TemplateError {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(me) = err.downcast_ref::<Error>() {
+            if let Some(detail) = me.detail() {
+                if let Some(msg) = detail.strip_prefix(RAISE_MARKER) {
+                    return TemplateError::Raised(msg.to_string());
+                }
+            }
+        }
+        cur = err.source();
+    }
+    TemplateError::Render(describe_error(e))
+}
+
+fn build_environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(false);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_formatter(|out, _state, value| {
+        if value.is_undefined() {
+            return Ok(());
+        }
+        out.write_str(&py_str(value))
+            .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+    });
+    env.add_filter("tojson", tojson_filter);
+    env.add_filter("string", |v: Value| Value::from(py_str(&v)));
+    env.add_test("iterable", |v: Value| -> bool {
+        match v.kind() {
+            ValueKind::None => false,
+            ValueKind::Undefined => true,
+            _ => v.try_iter().is_ok(),
+        }
+    });
+    env.add_test("sequence", |v: Value| -> bool {
+        matches!(
+            v.kind(),
+            ValueKind::String
+                | ValueKind::Seq
+                | ValueKind::Map
+                | ValueKind::Bytes
+                | ValueKind::Undefined
+        )
+    });
+    env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
+        Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{RAISE_MARKER}{}", py_str(&msg)),
+        ))
+    });
+    env.add_function("strftime_now", |fmt: String| -> Value {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        Value::from(strftime_utc(&fmt, secs))
+    });
+    env
+}
+
+fn tojson_filter(_state: &State, value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let indent: Option<Value> = kwargs.get("indent")?;
+    let separators: Option<Value> = kwargs.get("separators")?;
+    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => {
+            if let Some(s) = v.as_str() {
+                Some(s.to_string())
+            } else if let Some(n) = v.as_i64() {
+                Some(" ".repeat(n.max(0) as usize))
+            } else {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an integer or a string",
+                ));
+            }
+        }
+    };
+    let (item_sep, key_sep) = match separators {
+        Some(v) if !v.is_none() => {
+            let parts: Vec<Value> = v.try_iter()?.collect();
+            match (
+                parts.first().and_then(Value::as_str),
+                parts.get(1).and_then(Value::as_str),
+            ) {
+                (Some(a), Some(b)) if parts.len() == 2 => (a.to_string(), b.to_string()),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: separators must be a pair of strings",
+                    ))
+                }
+            }
+        }
+        _ => {
+            if indent.is_some() {
+                (",".to_string(), ": ".to_string())
+            } else {
+                (", ".to_string(), ": ".to_string())
+            }
+        }
+    };
+    let opts = DumpOpts {
+        ensure_ascii,
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys,
+    };
+    let mut out = String::new();
+    dump_value(&value, &opts, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+/// Options of Python's `json.dumps` that templates use.
+struct DumpOpts {
+    ensure_ascii: bool,
+    indent: Option<String>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+}
+
+fn dump_newline(opts: &DumpOpts, level: usize, out: &mut String) {
+    if let Some(ind) = &opts.indent {
+        out.push('\n');
+        for _ in 0..level {
+            out.push_str(ind);
+        }
+    }
+}
+
+fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Result<(), Error> {
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => out.push_str(&py_number(v, true)),
+        ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out),
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            if opts.sort_keys {
+                keys.sort();
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&opts.item_sep);
+                }
+                dump_newline(opts, level + 1, out);
+                let key_text = match k.kind() {
+                    ValueKind::String => k.as_str().unwrap_or_default().to_string(),
+                    ValueKind::Bool => (if k.is_true() { "true" } else { "false" }).to_string(),
+                    ValueKind::None => "null".to_string(),
+                    ValueKind::Number => py_number(k, true),
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidOperation,
+                            format!(
+                                "tojson: keys must be str, int, float, bool or None, not {}",
+                                k.kind()
+                            ),
+                        ))
+                    }
+                };
+                dump_string(&key_text, opts.ensure_ascii, out);
+                out.push_str(&opts.key_sep);
+                let item = v.get_item(k)?;
+                dump_value(&item, opts, level + 1, out)?;
+            }
+            dump_newline(opts, level, out);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&opts.item_sep);
+                }
+                dump_newline(opts, level + 1, out);
+                dump_value(item, opts, level + 1, out)?;
+            }
+            dump_newline(opts, level, out);
+            out.push(']');
+        }
+        _ => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "tojson: object of type {} is not JSON serializable",
+                    v.kind()
+                ),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Python `json.dumps` string encoding.
+fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if ensure_ascii && (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{:04x}", unit);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Python `str()` / `repr()` of a number. `json` selects JSON spellings of
+/// non-finite floats (`NaN`, `Infinity`) as Python's `json` module writes them.
+fn py_number(v: &Value, json: bool) -> String {
+    if v.is_integer() {
+        return v.to_string();
+    }
+    match f64::try_from(v.clone()) {
+        Ok(f) => py_float_repr(f, json),
+        Err(_) => v.to_string(),
+    }
+}
+
+/// Python's `repr(float)`: shortest round-trip digits, scientific notation
+/// when the decimal exponent is below -4 or at least 16.
+pub fn py_float_repr(f: f64, json: bool) -> String {
+    if f.is_nan() {
+        return if json { "NaN".into() } else { "nan".into() };
+    }
+    if f.is_infinite() {
+        let s = if json { "Infinity" } else { "inf" };
+        return if f < 0.0 { format!("-{s}") } else { s.into() };
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: "1.2345e-7".
+    let sci = format!("{:e}", f);
+    let (mant, exp) = match sci.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (sci.as_str(), 0),
+    };
+    let (neg, mant) = match mant.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mant),
+    };
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    let mut out = String::new();
+    if neg {
+        out.push('-');
+    }
+    if (-4..16).contains(&exp) {
+        if exp < 0 {
+            out.push_str("0.");
+            for _ in 0..(-exp - 1) {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        } else {
+            let int_len = exp as usize + 1;
+            if digits.len() <= int_len {
+                out.push_str(&digits);
+                for _ in digits.len()..int_len {
+                    out.push('0');
+                }
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..int_len]);
+                out.push('.');
+                out.push_str(&digits[int_len..]);
+            }
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(
+            out,
+            "e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.unsigned_abs()
+        );
+    }
+    out
+}
+
+/// Python `str()` of a template value: strings as they are, `True`/`False`,
+/// `None`, Python float formatting, `repr` syntax for lists and dicts.
+pub fn py_str(v: &Value) -> String {
+    match v.kind() {
+        ValueKind::String => v.as_str().unwrap_or_default().to_string(),
+        ValueKind::Undefined => String::new(),
+        _ => py_repr(v),
+    }
+}
+
+/// Python `repr()` of a template value.
+pub fn py_repr(v: &Value) -> String {
+    let mut out = String::new();
+    repr_into(v, &mut out);
+    out
+}
+
+fn repr_into(v: &Value, out: &mut String) {
+    match v.kind() {
+        ValueKind::Undefined => {}
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
+        ValueKind::Number => out.push_str(&py_number(v, false)),
+        ValueKind::String => repr_string(v.as_str().unwrap_or_default(), out),
+        ValueKind::Seq | ValueKind::Iterable => {
+            out.push('[');
+            if let Ok(it) = v.try_iter() {
+                for (i, item) in it.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    repr_into(&item, out);
+                }
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            if let Ok(it) = v.try_iter() {
+                for (i, k) in it.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    repr_into(&k, out);
+                    out.push_str(": ");
+                    let item = v.get_item(&k).unwrap_or_default();
+                    repr_into(&item, out);
+                }
+            }
+            out.push('}');
+        }
+        _ => out.push_str(&v.to_string()),
+    }
+}
+
+/// Python `repr(str)`: single quotes unless the text contains `'` and no `"`.
+fn repr_string(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+/// `strftime` over a UTC timestamp, for `strftime_now`. Supports the
+/// directives chat templates use: `%Y %y %m %d %e %H %I %M %S %p %j %a %A %b
+/// %B %%`; other directives are copied through unchanged.
+pub fn strftime_utc(fmt: &str, unix_secs: i64) -> String {
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let days = unix_secs.div_euclid(86_400);
+    let sod = unix_secs.rem_euclid(86_400);
+    let (hour, minute, second) = (sod / 3600, (sod / 60) % 60, sod % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy_mar + 2) / 153;
+    let day = doy_mar - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    const CUM: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = CUM[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    // 1970-01-01 was a Thursday (index 3 with Monday = 0).
+    let wday = (days + 3).rem_euclid(7) as usize;
+    let month_name = MONTHS[(month - 1) as usize];
+    let hour12 = if hour % 12 == 0 { 12 } else { hour % 12 };
+
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => {
+                let _ = write!(out, "{year}");
+            }
+            Some('y') => {
+                let _ = write!(out, "{:02}", year.rem_euclid(100));
+            }
+            Some('m') => {
+                let _ = write!(out, "{month:02}");
+            }
+            Some('d') => {
+                let _ = write!(out, "{day:02}");
+            }
+            Some('e') => {
+                let _ = write!(out, "{day:>2}");
+            }
+            Some('H') => {
+                let _ = write!(out, "{hour:02}");
+            }
+            Some('I') => {
+                let _ = write!(out, "{hour12:02}");
+            }
+            Some('M') => {
+                let _ = write!(out, "{minute:02}");
+            }
+            Some('S') => {
+                let _ = write!(out, "{second:02}");
+            }
+            Some('p') => out.push_str(if hour < 12 { "AM" } else { "PM" }),
+            Some('j') => {
+                let _ = write!(out, "{yday:03}");
+            }
+            Some('a') => out.push_str(&DAYS[wday][..3]),
+            Some('A') => out.push_str(DAYS[wday]),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('B') => out.push_str(month_name),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
