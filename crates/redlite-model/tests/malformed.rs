@@ -1,0 +1,138 @@
+//! Malformed or unsupported files give errors naming the tensor or key,
+//! never a panic. Each case is a copy of tiny-s-bf16.gguf with one change.
+
+use redlite_gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
+use redlite_model::{Model, ModelError};
+use redlite_testkit::fixture;
+
+/// Copy tiny-s-bf16 through `edit_meta` / `edit_tensor` into a temporary file
+/// and try to load it.
+fn load_modified(
+    edit_meta: impl Fn(&str, &MetaValue) -> Option<MetaValue>,
+    edit_tensor: impl Fn(&str, &[u64], GgmlType, &[u8]) -> Option<(Vec<u64>, GgmlType, Vec<u8>)>,
+) -> Result<Model, ModelError> {
+    let src = GgufFile::open(fixture("tiny-s-bf16.gguf")).expect("fixture opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in &src.metadata {
+        if let Some(v) = edit_meta(k, v) {
+            w.add_kv(k.clone(), v);
+        }
+    }
+    for t in &src.tensors {
+        let data = src.tensor_data(t);
+        if let Some((dims, ty, bytes)) = edit_tensor(&t.name, &t.dims, t.ggml_type, data) {
+            w.add_tensor(t.name.clone(), &dims, ty, bytes).expect("add tensor");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.gguf");
+    w.write_to_path(&path).expect("write");
+    Model::load(&path)
+}
+
+fn keep_meta(_: &str, v: &MetaValue) -> Option<MetaValue> {
+    Some(v.clone())
+}
+
+fn keep_tensor(_: &str, d: &[u64], ty: GgmlType, b: &[u8]) -> Option<(Vec<u64>, GgmlType, Vec<u8>)> {
+    Some((d.to_vec(), ty, b.to_vec()))
+}
+
+fn err_text(r: Result<Model, ModelError>) -> String {
+    match r {
+        Ok(_) => panic!("a malformed file loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn unmodified_copy_loads() {
+    let m = load_modified(keep_meta, keep_tensor).expect("copy loads");
+    assert_eq!(m.config().n_layer, 4);
+    assert_eq!(m.config().vocab_size, 1024);
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
+        (n != "blk.1.ssm_out.weight").then(|| (d.to_vec(), ty, b.to_vec()))
+    }));
+    assert!(e.contains("blk.1.ssm_out.weight") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn missing_expert_tensor_is_named() {
+    let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
+        (n != "blk.3.ffn_down_exps.weight").then(|| (d.to_vec(), ty, b.to_vec()))
+    }));
+    assert!(e.contains("blk.3.ffn_down_exps.weight"), "{e}");
+}
+
+#[test]
+fn wrong_shape_is_named() {
+    let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
+        if n == "blk.0.attn_qkv.weight" {
+            // Half the rows.
+            Some((vec![d[0], d[1] / 2], ty, b[..b.len() / 2].to_vec()))
+        } else {
+            Some((d.to_vec(), ty, b.to_vec()))
+        }
+    }));
+    assert!(e.contains("blk.0.attn_qkv.weight") && e.contains("shape"), "{e}");
+}
+
+#[test]
+fn transposed_matrix_is_named() {
+    let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
+        if n == "blk.3.attn_k.weight" {
+            Some((vec![d[1], d[0]], ty, b.to_vec()))
+        } else {
+            Some((d.to_vec(), ty, b.to_vec()))
+        }
+    }));
+    assert!(e.contains("blk.3.attn_k.weight"), "{e}");
+}
+
+#[test]
+fn unsupported_type_is_named() {
+    // Same bytes, relabelled as I16 (an integer type with no kernels).
+    let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
+        let ty = if n == "blk.2.ffn_up_shexp.weight" { GgmlType::I16 } else { ty };
+        Some((d.to_vec(), ty, b.to_vec()))
+    }));
+    assert!(e.contains("blk.2.ffn_up_shexp.weight") && e.contains("not supported"), "{e}");
+}
+
+#[test]
+fn unsupported_architecture_is_reported() {
+    let e = err_text(load_modified(
+        |k, v| {
+            if k == "general.architecture" {
+                Some(MetaValue::String("llama".into()))
+            } else {
+                Some(v.clone())
+            }
+        },
+        keep_tensor,
+    ));
+    assert!(e.contains("llama") && e.contains("qwen3next"), "{e}");
+}
+
+#[test]
+fn missing_key_is_named() {
+    let e = err_text(load_modified(
+        |k, v| (k != "qwen3next.ssm.state_size").then(|| v.clone()),
+        keep_tensor,
+    ));
+    assert!(e.contains("qwen3next.ssm.state_size"), "{e}");
+}
+
+#[test]
+fn bad_token_is_an_error() {
+    let m = Model::load(&fixture("tiny-s-bf16.gguf")).expect("loads");
+    let mut st = m.new_state();
+    let e = m.forward(&mut st, &[5, 1024], true).expect_err("token 1024 is out of range");
+    assert!(matches!(e, ModelError::Token { token: 1024, index: 1, .. }), "{e}");
+    assert_eq!(st.pos(), 0);
+    assert!(m.forward(&mut st, &[], true).is_err());
+}
