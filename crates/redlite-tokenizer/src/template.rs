@@ -22,8 +22,8 @@
 //!   `True`/`False`, exactly as the model saw them in training; the tool-call
 //!   parser accepts both spellings. (Known difference: the `~` operator uses
 //!   minijinja's own formatting, `true`/`false`.)
-//! * the `iterable` and `sequence` tests follow Python: `none is iterable` is
-//!   false, a dict `is sequence`.
+//! * the `iterable`, `sequence` and `number` tests follow Python: `none is
+//!   iterable` is false, a dict `is sequence`, a boolean `is number`.
 //!
 //! Messages are normalised before rendering (see [`normalize_messages`]):
 //! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
@@ -458,6 +458,10 @@ fn build_environment() -> Environment<'static> {
                 | ValueKind::Bytes
                 | ValueKind::Undefined
         )
+    });
+    env.add_test("number", |v: Value| -> bool {
+        // Python: `isinstance(v, numbers.Number)`, and bool is an int.
+        matches!(v.kind(), ValueKind::Number | ValueKind::Bool)
     });
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(
