@@ -71,7 +71,10 @@ fn compare(template: &str, cases: &[Value]) {
         match (&got, &want) {
             (Ok(g), Ok(w)) => assert_eq!(g, w, "case {} {}", case["name"], case["extra"]),
             (Err(TemplateError::Raised(g)), Err(w)) => assert_eq!(g, w),
-            _ => panic!("case {} {}: rust {got:?} vs python {want:?}", case["name"], case["extra"]),
+            _ => panic!(
+                "case {} {}: rust {got:?} vs python {want:?}",
+                case["name"], case["extra"]
+            ),
         }
     }
 }
