@@ -93,3 +93,40 @@ fn golden_covers_the_required_scenarios() {
         assert!(names.contains(&n), "missing scenario {n}");
     }
 }
+
+#[test]
+fn template_from_gguf_is_the_embedded_one() {
+    // Every fixture GGUF embeds the Qwen3-Coder template; bos/eos come from
+    // the token ids in the metadata (README: bos 1009, eos 1011).
+    let file = redlite_gguf::GgufFile::open(redlite_testkit::fixture("tiny-s-bf16.gguf")).unwrap();
+    let tmpl = ChatTemplate::from_gguf(&file).unwrap();
+    assert!(!tmpl.is_fallback());
+    assert_eq!(tmpl.source(), fixture_template());
+    let out = tmpl
+        .render(
+            &[serde_json::json!({"role": "user", "content": "{{ eos_token }}"})],
+            None,
+            true,
+            &serde_json::Map::new(),
+        )
+        .unwrap();
+    // Content is data, not template code.
+    assert_eq!(
+        out,
+        "<|im_start|>user\n{{ eos_token }}<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let probe = ChatTemplate::new(
+        "{{ bos_token }}|{{ eos_token }}",
+        "<|endoftext|>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    let expect = probe
+        .render(&[], None, false, &serde_json::Map::new())
+        .unwrap();
+    let file_probe = format!("{:?}", tmpl);
+    assert!(
+        file_probe.contains("<|endoftext|>") && file_probe.contains("<|im_end|>"),
+        "{file_probe} vs {expect}"
+    );
+}
