@@ -69,13 +69,11 @@ fn matmul_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
         return;
     }
     if n_tok == 1 {
-        y.par_chunks_mut(ROW_TILE)
-            .enumerate()
-            .for_each(|(ci, ys)| {
-                for (r, yo) in ys.iter_mut().enumerate() {
-                    *yo = w.dot_row(ci * ROW_TILE + r, x);
-                }
-            });
+        y.par_chunks_mut(ROW_TILE).enumerate().for_each(|(ci, ys)| {
+            for (r, yo) in ys.iter_mut().enumerate() {
+                *yo = w.dot_row(ci * ROW_TILE + r, x);
+            }
+        });
         return;
     }
     let mut yt = vec![0f32; n_out * n_tok];
@@ -169,7 +167,11 @@ pub fn delta_head_chunked(inp: &DeltaInputs<'_>, h: usize, m: &mut [f32], o: &mu
                 if j <= i {
                     let d = (gc[i] - gc[j]).exp() as f32;
                     let kj = krow(c0 + j);
-                    a[i * c + j] = if j < i { beta(i) * dot(ki, kj) * d } else { 0.0 };
+                    a[i * c + j] = if j < i {
+                        beta(i) * dot(ki, kj) * d
+                    } else {
+                        0.0
+                    };
                     p[i * c + j] = dot(qi, kj) * d;
                 } else {
                     a[i * c + j] = 0.0;
@@ -296,7 +298,15 @@ fn delta_all_heads(inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32], f:
 /// Causal attention of one query head over query tokens `t0..t1`; returns
 /// `[(t1 - t0), head_dim]`. Online softmax over key blocks: scores of a key
 /// block against a transposed copy of it, exp with max-subtraction, f64 sums.
-fn attn_block(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], h: usize, t0: usize, t1: usize) -> Vec<f32> {
+fn attn_block(
+    s: &AttnShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    h: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
     let hd = s.head_dim;
     let kvh = h / (s.n_head / s.n_head_kv);
     let nq = t1 - t0;
@@ -347,7 +357,9 @@ fn attn_block(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], h: usize, t0: usiz
     }
     for qi in 0..nq {
         let inv = (1.0 / sum[qi]) as f32;
-        out[qi * hd..(qi + 1) * hd].iter_mut().for_each(|x| *x *= inv);
+        out[qi * hd..(qi + 1) * hd]
+            .iter_mut()
+            .for_each(|x| *x *= inv);
     }
     out
 }
@@ -363,14 +375,14 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &mut [f32], dim: usize, w: Option<&[f32]>, eps: f32) {
         if x.len() >= 1 << 16 {
-            self.pool.install(|| {
-                x.par_chunks_mut(dim).for_each(|r| rms_norm_row(r, w, eps))
-            })
+            self.pool
+                .install(|| x.par_chunks_mut(dim).for_each(|r| rms_norm_row(r, w, eps)))
         } else {
             x.chunks_mut(dim).for_each(|r| rms_norm_row(r, w, eps))
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn ssm_conv_silu(
         &self,
         x: &[f32],
@@ -425,10 +437,18 @@ impl Backend for CpuBackend {
         let (t, hd, nh) = (s.n_tok, s.head_dim, s.n_head);
         assert_eq!(q.len(), t * nh * hd, "attention: query size");
         assert_eq!(out.len(), t * nh * hd, "attention: output size");
-        assert!(k.len() >= (s.pos0 + t) * s.n_head_kv * hd, "attention: key cache size");
-        assert!(v.len() >= (s.pos0 + t) * s.n_head_kv * hd, "attention: value cache size");
+        assert!(
+            k.len() >= (s.pos0 + t) * s.n_head_kv * hd,
+            "attention: key cache size"
+        );
+        assert!(
+            v.len() >= (s.pos0 + t) * s.n_head_kv * hd,
+            "attention: value cache size"
+        );
         let n_qb = t.div_ceil(ATT_QB);
-        let jobs: Vec<(usize, usize)> = (0..nh).flat_map(|h| (0..n_qb).map(move |b| (h, b))).collect();
+        let jobs: Vec<(usize, usize)> = (0..nh)
+            .flat_map(|h| (0..n_qb).map(move |b| (h, b)))
+            .collect();
         let blocks: Vec<Vec<f32>> = self.pool.install(|| {
             jobs.par_iter()
                 .map(|&(h, b)| {
@@ -455,7 +475,10 @@ mod tests {
     struct Rng(u64);
     impl Rng {
         fn f(&mut self) -> f32 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         }
         fn vec(&mut self, n: usize) -> Vec<f32> {
@@ -487,21 +510,40 @@ mod tests {
             let v = r.vec(t * h_v * d_v);
             let beta: Vec<f32> = (0..t * h_v).map(|_| 0.5 + 0.5 * r.f()).collect();
             let g: Vec<f32> = (0..t * h_v).map(|_| -0.3 * (1.0 + r.f())).collect();
-            let inp = DeltaInputs { q: &q, k: &k, v: &v, beta: &beta, g: &g, n_tok: t, h_k, h_v, d_k, d_v };
+            let inp = DeltaInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                beta: &beta,
+                g: &g,
+                n_tok: t,
+                h_k,
+                h_v,
+                d_k,
+                d_v,
+            };
             let s0 = r.vec(h_v * d_v * d_k);
             let (mut s1, mut s2) = (s0.clone(), s0.clone());
             let mut o1 = vec![0f32; t * h_v * d_v];
             let mut o2 = o1.clone();
             be.delta_rule_recurrent(&inp, &mut s1, &mut o1);
             be.delta_rule_chunked(&inp, &mut s2, &mut o2);
-            let d_o = o1.iter().zip(&o2).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-            let d_s = s1.iter().zip(&s2).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let d_o = o1
+                .iter()
+                .zip(&o2)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let d_s = s1
+                .iter()
+                .zip(&s2)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
             assert!(d_o < 1e-4 && d_s < 1e-4, "T={t}: output {d_o}, state {d_s}");
         }
     }
 
     fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-        v.iter().flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect()
+        v.iter()
+            .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+            .collect()
     }
 
     #[test]
@@ -522,7 +564,10 @@ mod tests {
             }
         }
         let bf = bf16_bytes(&wf);
-        let bff: Vec<f32> = wf.iter().map(|x| f32::from_bits(x.to_bits() & 0xffff_0000)).collect();
+        let bff: Vec<f32> = wf
+            .iter()
+            .map(|x| f32::from_bits(x.to_bits() & 0xffff_0000))
+            .collect();
         for (ty, bytes, deq) in [(GgmlType::BF16, &bf, &bff), (GgmlType::Q8_0, &q8, &q8f)] {
             let w = QMat::new(ty, n_in, n_out, bytes).expect("qmat");
             for &t in &[1usize, 2, 3, 5, 70] {
@@ -535,7 +580,10 @@ mod tests {
                             .map(|i| deq[o * n_in + i] as f64 * x[tt * n_in + i] as f64)
                             .sum();
                         let got = y[tt * n_out + o] as f64;
-                        assert!((got - e).abs() < 1e-4, "{ty} T={t} ({tt},{o}): {got} vs {e}");
+                        assert!(
+                            (got - e).abs() < 1e-4,
+                            "{ty} T={t} ({tt},{o}): {got} vs {e}"
+                        );
                     }
                 }
             }
@@ -556,9 +604,20 @@ mod tests {
         let (pos0, t) = (300, 70); // crosses query and key block boundaries
         let mut r = Rng(11);
         let q = r.vec(t * nh * hd);
-        let k: Vec<f32> = r.vec((pos0 + t) * nkv * hd).iter().map(|x| 3.0 * x).collect();
+        let k: Vec<f32> = r
+            .vec((pos0 + t) * nkv * hd)
+            .iter()
+            .map(|x| 3.0 * x)
+            .collect();
         let v = r.vec((pos0 + t) * nkv * hd);
-        let s = AttnShape { n_tok: t, pos0, n_head: nh, n_head_kv: nkv, head_dim: hd, scale: 0.25 };
+        let s = AttnShape {
+            n_tok: t,
+            pos0,
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.25,
+        };
         let mut out = vec![0f32; t * nh * hd];
         be.attention(&s, &q, &k, &v, &mut out);
         for tt in [0, 1, 31, 32, 69] {
@@ -568,7 +627,11 @@ mod tests {
                 let sc: Vec<f64> = (0..=pos0 + tt)
                     .map(|j| {
                         let kr = &k[(j * nkv + kv) * hd..][..hd];
-                        0.25 * qv.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                        0.25 * qv
+                            .iter()
+                            .zip(kr)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
                     })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -610,7 +673,9 @@ mod tests {
         assert_eq!(s, s_all);
         // And against the definition for the last token, channel 2.
         let c = 2;
-        let pre: f32 = (0..kk).map(|i| w[c * kk + i] * x[(t - kk + i) * ch + c]).sum();
+        let pre: f32 = (0..kk)
+            .map(|i| w[c * kk + i] * x[(t - kk + i) * ch + c])
+            .sum();
         let want = pre / (1.0 + (-pre).exp());
         assert!((out_all[(t - 1) * ch + c] - want).abs() < 1e-6);
     }

@@ -6,6 +6,8 @@
 //! delta rule and causal attention. Activations are f32 throughout; see
 //! [`CpuBackend`] for the multi-threaded CPU implementation.
 
+#![allow(clippy::needless_range_loop)]
+
 use redlite_gguf::GgmlType;
 use redlite_quant::{DequantFn, DotFn};
 
@@ -148,6 +150,7 @@ pub trait Backend: Send + Sync {
     /// `channels` values. `state` is `[channels, k-1]` (oldest first, updated
     /// to the last `k-1` inputs); `w` is `[channels, k]` (tap `k-1` multiplies
     /// the current token). Writes `out` `[n_tok, channels]`.
+    #[allow(clippy::too_many_arguments)]
     fn ssm_conv_silu(
         &self,
         x: &[f32],

@@ -103,7 +103,7 @@ const EXP_P: [f32; 6] = [
     8.333_452e-3,
     4.166_579_6e-2,
     1.666_666_5e-1,
-    5.000_000_1e-1,
+    0.5,
 ];
 
 /// Scalar reference of the vector exp (Cephes `expf` polynomial, ~1 ulp;
@@ -221,8 +221,15 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn exp8(x: __m256) -> __m256 {
         use super::{EXP_C1, EXP_C2, EXP_HI, EXP_LO, EXP_P, LOG2E};
-        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
-        let fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5)));
+        let x = _mm256_min_ps(
+            _mm256_max_ps(x, _mm256_set1_ps(EXP_LO)),
+            _mm256_set1_ps(EXP_HI),
+        );
+        let fx = _mm256_floor_ps(_mm256_fmadd_ps(
+            x,
+            _mm256_set1_ps(LOG2E),
+            _mm256_set1_ps(0.5),
+        ));
         // Same operation order as the scalar twin (no fused steps here).
         let r = _mm256_sub_ps(
             _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(EXP_C1))),
@@ -294,10 +301,14 @@ mod tests {
     use super::*;
 
     fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -313,7 +324,10 @@ mod tests {
             scores_t_scalar(&q, &kt, n, &mut s2);
             for (j, (a, b)) in s1.iter().zip(&s2).enumerate() {
                 let e: f64 = (0..nq).map(|d| q[d] as f64 * kt[d * n + j] as f64).sum();
-                assert!((a - b).abs() < 1e-5 && (*a as f64 - e).abs() < 1e-5, "{a} {b} {e}");
+                assert!(
+                    (a - b).abs() < 1e-5 && (*a as f64 - e).abs() < 1e-5,
+                    "{a} {b} {e}"
+                );
             }
         }
         let xs: Vec<f32> = (0..1000).map(|i| -100.0 + i as f32 * 0.1013).collect();
@@ -324,8 +338,14 @@ mod tests {
             assert!((sa - sb).abs() <= 1e-6 * sb.abs());
             for ((x, ea), eb) in xs.iter().zip(&a).zip(&b) {
                 let e = ((*x - m) as f64).exp();
-                assert!((*ea as f64 - e).abs() <= 4e-7 * e + 1e-37, "exp({x}): {ea} vs {e}");
-                assert!((*eb as f64 - e).abs() <= 4e-7 * e + 1e-37, "exp({x}): {eb} vs {e}");
+                assert!(
+                    (*ea as f64 - e).abs() <= 4e-7 * e + 1e-37,
+                    "exp({x}): {ea} vs {e}"
+                );
+                assert!(
+                    (*eb as f64 - e).abs() <= 4e-7 * e + 1e-37,
+                    "exp({x}): {eb} vs {e}"
+                );
             }
         }
     }
@@ -337,7 +357,10 @@ mod tests {
             let b = rand_vec(n, n as u64 + 99);
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             let (f, s) = (dot(&a, &b), dot_scalar(&a, &b));
-            assert!((f as f64 - exact).abs() < 1e-5 * (1.0 + n as f64), "{n}: {f} vs {exact}");
+            assert!(
+                (f as f64 - exact).abs() < 1e-5 * (1.0 + n as f64),
+                "{n}: {f} vs {exact}"
+            );
             assert!((f - s).abs() < 1e-5 * (1.0 + n as f32), "{n}: {f} vs {s}");
             let mut y1 = b.clone();
             let mut y2 = b.clone();

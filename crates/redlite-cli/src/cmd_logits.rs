@@ -73,7 +73,8 @@ pub fn write_npy(path: &Path, shape: &[usize], data: &[f32]) -> anyhow::Result<(
     for v in data {
         bytes.extend_from_slice(&v.to_le_bytes());
     }
-    let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     f.write_all(&bytes)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
@@ -85,9 +86,8 @@ fn read_tokens(path: &Path) -> anyhow::Result<Vec<u32>> {
     text.split_whitespace()
         .enumerate()
         .map(|(i, w)| {
-            w.parse::<u32>().with_context(|| {
-                format!("{}: token {i} ({w:?}) is not a token id", path.display())
-            })
+            w.parse::<u32>()
+                .with_context(|| format!("{}: token {i} ({w:?}) is not a token id", path.display()))
         })
         .collect()
 }

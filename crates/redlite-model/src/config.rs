@@ -149,7 +149,10 @@ impl Config {
         let recurrent = match f.get_array(&key("attention.recurrent_layers"))? {
             Some(a) => {
                 let v = a.as_i64_vec().ok_or_else(|| {
-                    bad("attention.recurrent_layers", "expected an array of bools".into())
+                    bad(
+                        "attention.recurrent_layers",
+                        "expected an array of bools".into(),
+                    )
                 })?;
                 if v.len() < n_layer {
                     return Err(bad(

@@ -70,7 +70,7 @@ struct Tr<'a>(Option<&'a mut dyn Trace>);
 impl Tr<'_> {
     fn put(&mut self, name: &str, il: Option<usize>, rows: usize, data: &[f32]) {
         if let Some(t) = self.0.as_deref_mut() {
-            let cols = if rows == 0 { 0 } else { data.len() / rows };
+            let cols = data.len().checked_div(rows).unwrap_or(0);
             match il {
                 Some(il) => t.tensor(&format!("{name}-{il}"), rows, cols, data),
                 None => t.tensor(name, rows, cols, data),
@@ -104,12 +104,7 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 }
 
 /// `Y = W·X` over a batch: `x` is `[t, n_in]`, the result `[t, n_out]`.
-fn linear(
-    be: &dyn Backend,
-    w: &redlite_backend::QMat<'_>,
-    x: &[f32],
-    t: usize,
-) -> Vec<f32> {
+fn linear(be: &dyn Backend, w: &redlite_backend::QMat<'_>, x: &[f32], t: usize) -> Vec<f32> {
     let mut y = vec![0f32; t * w.n_out];
     be.matmul(w, x, t, &mut y);
     y
@@ -249,7 +244,15 @@ fn deltanet(
 
     // Causal conv (kernel K) + SiLU, carrying the last K−1 inputs.
     let mut u = vec![0f32; t * conv_dim];
-    be.ssm_conv_silu(&qkv, t, conv_dim, c.conv_kernel, &w.conv, conv_state, &mut u);
+    be.ssm_conv_silu(
+        &qkv,
+        t,
+        conv_dim,
+        c.conv_kernel,
+        &w.conv,
+        conv_state,
+        &mut u,
+    );
     tr.put("conv_output_silu", Some(il), t, &u);
 
     // Split q | k | v; L2-normalise q and k per key head; scale q by 1/sqrt(d_k).
@@ -361,8 +364,20 @@ fn attention(
     tr.put("Kcur_normed", Some(il), t, &k);
     for tt in 0..t {
         let pos = pos0 + tt;
-        rope(&mut q[tt * nh * hd..(tt + 1) * nh * hd], hd, c.n_rot, c.rope_theta, pos);
-        rope(&mut k[tt * nkv * hd..(tt + 1) * nkv * hd], hd, c.n_rot, c.rope_theta, pos);
+        rope(
+            &mut q[tt * nh * hd..(tt + 1) * nh * hd],
+            hd,
+            c.n_rot,
+            c.rope_theta,
+            pos,
+        );
+        rope(
+            &mut k[tt * nkv * hd..(tt + 1) * nkv * hd],
+            hd,
+            c.n_rot,
+            c.rope_theta,
+            pos,
+        );
     }
     tr.put("Qcur", Some(il), t, &q);
     tr.put("Kcur", Some(il), t, &k);
@@ -448,13 +463,7 @@ fn moe(
         for (i, &(tt, _)) in toks.iter().enumerate() {
             xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
         }
-        let act = swiglu(
-            be,
-            &expert(f, &w.gate, e)?,
-            &expert(f, &w.up, e)?,
-            &xe,
-            n,
-        );
+        let act = swiglu(be, &expert(f, &w.gate, e)?, &expert(f, &w.up, e)?, &xe, n);
         let down = linear(be, &expert(f, &w.down, e)?, &act, n);
         for (i, &(tt, wt)) in toks.iter().enumerate() {
             let yr = &mut y[tt * d..(tt + 1) * d];

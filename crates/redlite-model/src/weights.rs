@@ -138,7 +138,10 @@ impl<'a> Loader<'a> {
             ));
         }
         let Some(k) = redlite_quant::kernels(t.ggml_type) else {
-            return Err(self.err(name, format!("tensor type {} is not supported", t.ggml_type)));
+            return Err(self.err(
+                name,
+                format!("tensor type {} is not supported", t.ggml_type),
+            ));
         };
         let _ = k;
         let row = t
@@ -174,7 +177,13 @@ impl<'a> Loader<'a> {
             .map_err(|e| self.err(name, e.to_string()))
     }
 
-    fn experts(&self, name: &str, n_in: usize, n_out: usize, n_exp: usize) -> Result<Experts, ModelError> {
+    fn experts(
+        &self,
+        name: &str,
+        n_in: usize,
+        n_out: usize,
+        n_exp: usize,
+    ) -> Result<Experts, ModelError> {
         let idx = self.checked(name, &[n_in, n_out, n_exp])?;
         let t = &self.f.tensors[idx];
         let stride = t.n_bytes as usize / n_exp;
@@ -272,7 +281,9 @@ impl Weights {
         };
         // Every matrix must be usable by the backend (type has kernels, sizes match).
         w.for_each_mat(|name, m| {
-            qmat(f, m).map(|_| ()).map_err(|e| l.err(&name, e.to_string()))
+            qmat(f, m)
+                .map(|_| ())
+                .map_err(|e| l.err(&name, e.to_string()))
         })?;
         Ok(w)
     }
@@ -421,7 +432,8 @@ pub(crate) fn mat_bytes<'a>(f: &'a GgufFile, m: &'a Mat) -> &'a [u8] {
 }
 
 pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
-    QMat::new(m.ty, m.n_in, m.n_out, mat_bytes(f, m)).map_err(|e| ModelError::Backend(e.to_string()))
+    QMat::new(m.ty, m.n_in, m.n_out, mat_bytes(f, m))
+        .map_err(|e| ModelError::Backend(e.to_string()))
 }
 
 /// Expert `e`'s matrix of a stack.

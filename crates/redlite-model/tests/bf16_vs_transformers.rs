@@ -17,9 +17,14 @@ fn check(model_name: &str) {
             let d = per_position(reference, &ours);
             let worst_abs = d.iter().map(|x| x.0).fold(0f32, f32::max);
             let worst_kl = d.iter().map(|x| x.1).fold(0f64, f64::max);
-            println!("{model_name} {name:8} {mode:15} max|Δ| {worst_abs:.3e}  max KL {worst_kl:.3e}");
+            println!(
+                "{model_name} {name:8} {mode:15} max|Δ| {worst_abs:.3e}  max KL {worst_kl:.3e}"
+            );
             for (i, (a, k)) in d.iter().enumerate() {
-                assert!(*a <= 5e-3, "{model_name} {name} {mode} pos {i}: |Δlogit| {a}");
+                assert!(
+                    *a <= 5e-3,
+                    "{model_name} {name} {mode} pos {i}: |Δlogit| {a}"
+                );
                 assert!(*k <= 1e-6, "{model_name} {name} {mode} pos {i}: KL {k}");
             }
         }

@@ -31,11 +31,17 @@ fn long32k_matches_transformers() {
     println!("32768 tokens in {:.1} s", start.elapsed().as_secs_f64());
     let (mut worst_abs, mut worst_kl) = (0f32, 0f64);
     for (i, &p) in positions.iter().enumerate() {
-        let (a, k) = (max_abs(reference.row(i), &ours[i]), kl(reference.row(i), &ours[i]));
+        let (a, k) = (
+            max_abs(reference.row(i), &ours[i]),
+            kl(reference.row(i), &ours[i]),
+        );
         worst_abs = worst_abs.max(a);
         worst_kl = worst_kl.max(k);
         assert!(a <= 2e-3, "position {p}: |Δlogit| {a}");
         assert!(k <= 1e-6, "position {p}: KL {k}");
     }
-    println!("long32k: max|Δ| {worst_abs:.2e}, max KL {worst_kl:.2e} over {} positions", positions.len());
+    println!(
+        "long32k: max|Δ| {worst_abs:.2e}, max KL {worst_kl:.2e} over {} positions",
+        positions.len()
+    );
 }

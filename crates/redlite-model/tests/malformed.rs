@@ -21,7 +21,8 @@ fn load_modified(
     for t in &src.tensors {
         let data = src.tensor_data(t);
         if let Some((dims, ty, bytes)) = edit_tensor(&t.name, &t.dims, t.ggml_type, data) {
-            w.add_tensor(t.name.clone(), &dims, ty, bytes).expect("add tensor");
+            w.add_tensor(t.name.clone(), &dims, ty, bytes)
+                .expect("add tensor");
         }
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -34,7 +35,12 @@ fn keep_meta(_: &str, v: &MetaValue) -> Option<MetaValue> {
     Some(v.clone())
 }
 
-fn keep_tensor(_: &str, d: &[u64], ty: GgmlType, b: &[u8]) -> Option<(Vec<u64>, GgmlType, Vec<u8>)> {
+fn keep_tensor(
+    _: &str,
+    d: &[u64],
+    ty: GgmlType,
+    b: &[u8],
+) -> Option<(Vec<u64>, GgmlType, Vec<u8>)> {
     Some((d.to_vec(), ty, b.to_vec()))
 }
 
@@ -57,7 +63,10 @@ fn missing_tensor_is_named() {
     let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
         (n != "blk.1.ssm_out.weight").then(|| (d.to_vec(), ty, b.to_vec()))
     }));
-    assert!(e.contains("blk.1.ssm_out.weight") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("blk.1.ssm_out.weight") && e.contains("missing"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -78,7 +87,10 @@ fn wrong_shape_is_named() {
             Some((d.to_vec(), ty, b.to_vec()))
         }
     }));
-    assert!(e.contains("blk.0.attn_qkv.weight") && e.contains("shape"), "{e}");
+    assert!(
+        e.contains("blk.0.attn_qkv.weight") && e.contains("shape"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -97,10 +109,17 @@ fn transposed_matrix_is_named() {
 fn unsupported_type_is_named() {
     // Same bytes, relabelled as I16 (an integer type with no kernels).
     let e = err_text(load_modified(keep_meta, |n, d, ty, b| {
-        let ty = if n == "blk.2.ffn_up_shexp.weight" { GgmlType::I16 } else { ty };
+        let ty = if n == "blk.2.ffn_up_shexp.weight" {
+            GgmlType::I16
+        } else {
+            ty
+        };
         Some((d.to_vec(), ty, b.to_vec()))
     }));
-    assert!(e.contains("blk.2.ffn_up_shexp.weight") && e.contains("not supported"), "{e}");
+    assert!(
+        e.contains("blk.2.ffn_up_shexp.weight") && e.contains("not supported"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -131,8 +150,20 @@ fn missing_key_is_named() {
 fn bad_token_is_an_error() {
     let m = Model::load(&fixture("tiny-s-bf16.gguf")).expect("loads");
     let mut st = m.new_state();
-    let e = m.forward(&mut st, &[5, 1024], true).expect_err("token 1024 is out of range");
-    assert!(matches!(e, ModelError::Token { token: 1024, index: 1, .. }), "{e}");
+    let e = m
+        .forward(&mut st, &[5, 1024], true)
+        .expect_err("token 1024 is out of range");
+    assert!(
+        matches!(
+            e,
+            ModelError::Token {
+                token: 1024,
+                index: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(st.pos(), 0);
     assert!(m.forward(&mut st, &[], true).is_err());
 }

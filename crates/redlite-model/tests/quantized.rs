@@ -42,11 +42,20 @@ fn check_type(ty: &str) {
         mean(&l_kls),
         percentile(l_abs, 99.0)
     );
-    assert!(our_kl <= lc_kl, "{ty}: mean KL {our_kl} worse than llama.cpp's {lc_kl}");
-    assert!(our_p99 <= lc_p99, "{ty}: p99 |Δ| {our_p99} worse than llama.cpp's {lc_p99}");
+    assert!(
+        our_kl <= lc_kl,
+        "{ty}: mean KL {our_kl} worse than llama.cpp's {lc_kl}"
+    );
+    assert!(
+        our_p99 <= lc_p99,
+        "{ty}: p99 |Δ| {our_p99} worse than llama.cpp's {lc_p99}"
+    );
     // f32 activations on the stored weights compute the reference's model
     // almost exactly: hold that much tighter bound too.
-    assert!(our_p99 <= 5e-3 && our_kl <= 1e-6, "{ty}: {our_p99} / {our_kl} not at f32 rounding level");
+    assert!(
+        our_p99 <= 5e-3 && our_kl <= 1e-6,
+        "{ty}: {our_p99} / {our_kl} not at f32 rounding level"
+    );
 }
 
 #[test]
