@@ -7,3 +7,14 @@
 //!   (content, reasoning, Qwen3-Coder tool calls).
 pub mod template;
 pub mod toolcall;
+
+pub mod bpe;
+pub mod detok;
+pub mod pretokenize;
+pub mod tokenizer;
+pub mod vocab;
+
+pub use detok::{StreamDecoder, Utf8Stream};
+pub use pretokenize::PreTokenizer;
+pub use tokenizer::{Fragment, Tokenizer};
+pub use vocab::{TokenType, TokenizerError};
