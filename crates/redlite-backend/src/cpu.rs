@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use crate::simd::{axpy, dot, exp_sub_sum, scores_t};
+use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_t};
 use crate::{AttnShape, Backend, DeltaInputs, QMat};
 
 /// Rows of a weight tile dequantized at once in the batched product.
@@ -100,11 +100,21 @@ fn matmul_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
                 let mut t0 = 0;
                 while t0 < n_tok {
                     let t1 = (t0 + TOK_TILE).min(n_tok);
-                    for r in 0..rows {
-                        let wr = &wf[r * n_in..(r + 1) * n_in];
-                        let yr = &mut ys[r * n_tok..(r + 1) * n_tok];
+                    let mut r = 0;
+                    while r + 4 <= rows {
+                        let w4 = &wf[r * n_in..(r + 4) * n_in];
                         for t in t0..t1 {
-                            yr[t] = dot(wr, &x[t * n_in..(t + 1) * n_in]);
+                            let d = dot4(w4, &x[t * n_in..(t + 1) * n_in]);
+                            for (k, dk) in d.iter().enumerate() {
+                                ys[(r + k) * n_tok + t] = *dk;
+                            }
+                        }
+                        r += 4;
+                    }
+                    for r in r..rows {
+                        let wr = &wf[r * n_in..(r + 1) * n_in];
+                        for t in t0..t1 {
+                            ys[r * n_tok + t] = dot(wr, &x[t * n_in..(t + 1) * n_in]);
                         }
                     }
                     t0 = t1;
@@ -349,9 +359,9 @@ fn attn_block(
             }
             mx[qi] = m_new;
             sum[qi] += exp_sub_sum(sc, m_new);
-            for (j, &pj) in sc.iter().enumerate() {
-                axpy(o, pj, &v[row(k0 + j)]);
-            }
+            let stride = s.n_head_kv * hd;
+            let base = row(k0).start;
+            axpy_rows(o, sc, &v[base..], stride);
         }
         k0 = k1;
     }

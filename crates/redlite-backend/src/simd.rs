@@ -92,6 +92,52 @@ pub fn scores_t(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
     scores_t_scalar(q, kt, n, s)
 }
 
+/// Scalar reference: four dot products of rows `w[r·n .. (r+1)·n]` with `x`.
+pub fn dot4_scalar(w: &[f32], x: &[f32]) -> [f32; 4] {
+    let n = x.len();
+    std::array::from_fn(|r| dot_scalar(&w[r * n..(r + 1) * n], x))
+}
+
+/// Four dot products of consecutive rows of `w` (`[4, x.len()]`) with `x`,
+/// reading `x` once.
+#[inline]
+pub fn dot4(w: &[f32], x: &[f32]) -> [f32; 4] {
+    assert!(w.len() >= 4 * x.len(), "dot4: sizes");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA were detected; sizes were checked above.
+        return unsafe { x86::dot4_avx2(w, x) };
+    }
+    dot4_scalar(w, x)
+}
+
+/// Scalar reference: `o[d] += Σ_j p[j]·v[j·stride + d]` for `d < o.len()`.
+pub fn axpy_rows_scalar(o: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+    for (j, &pj) in p.iter().enumerate() {
+        axpy_scalar(o, pj, &v[j * stride..j * stride + o.len()]);
+    }
+}
+
+/// `o[d] += Σ_j p[j]·v[j·stride + d]`: a weighted sum of strided rows
+/// (attention's `P·V`), with `o` kept in registers across rows.
+#[inline]
+pub fn axpy_rows(o: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+    if p.is_empty() {
+        return;
+    }
+    assert!(
+        v.len() >= (p.len() - 1) * stride + o.len(),
+        "axpy_rows: sizes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA were detected; sizes were checked above.
+        unsafe { x86::axpy_rows_avx2(o, p, v, stride) };
+        return;
+    }
+    axpy_rows_scalar(o, p, v, stride)
+}
+
 const EXP_HI: f32 = 88.376_26;
 const EXP_LO: f32 = -87.336_55;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -216,6 +262,84 @@ mod x86 {
             *ps.add(j) = a;
             j += 1;
         }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy_rows_avx2(o: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+        let n = o.len();
+        let (po, pv) = (o.as_mut_ptr(), v.as_ptr());
+        let mut d = 0;
+        // SAFETY (whole body): the caller checked v.len() >= (p.len()-1)·stride + n,
+        // so v[j·stride + d'] for d' < n is in bounds; o is accessed below n.
+        while d + 32 <= n {
+            let mut a = [
+                _mm256_loadu_ps(po.add(d)),
+                _mm256_loadu_ps(po.add(d + 8)),
+                _mm256_loadu_ps(po.add(d + 16)),
+                _mm256_loadu_ps(po.add(d + 24)),
+            ];
+            for (j, &pj) in p.iter().enumerate() {
+                let b = _mm256_set1_ps(pj);
+                let row = pv.add(j * stride + d);
+                for (l, al) in a.iter_mut().enumerate() {
+                    *al = _mm256_fmadd_ps(b, _mm256_loadu_ps(row.add(8 * l)), *al);
+                }
+            }
+            for (l, al) in a.iter().enumerate() {
+                _mm256_storeu_ps(po.add(d + 8 * l), *al);
+            }
+            d += 32;
+        }
+        while d + 8 <= n {
+            let mut a = _mm256_loadu_ps(po.add(d));
+            for (j, &pj) in p.iter().enumerate() {
+                a = _mm256_fmadd_ps(
+                    _mm256_set1_ps(pj),
+                    _mm256_loadu_ps(pv.add(j * stride + d)),
+                    a,
+                );
+            }
+            _mm256_storeu_ps(po.add(d), a);
+            d += 8;
+        }
+        while d < n {
+            let mut a = *po.add(d);
+            for (j, &pj) in p.iter().enumerate() {
+                a += pj * *pv.add(j * stride + d);
+            }
+            *po.add(d) = a;
+            d += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot4_avx2(w: &[f32], x: &[f32]) -> [f32; 4] {
+        let n = x.len();
+        let (pw, px) = (w.as_ptr(), x.as_ptr());
+        let mut a = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        // SAFETY (whole body): the caller checked w.len() >= 4·n; indices are
+        // r·n + i with i < n.
+        while i + 8 <= n {
+            let xv = _mm256_loadu_ps(px.add(i));
+            for (r, ar) in a.iter_mut().enumerate() {
+                *ar = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(r * n + i)), xv, *ar);
+            }
+            i += 8;
+        }
+        let mut out = [0f32; 4];
+        for (r, ar) in a.iter().enumerate() {
+            let hi = _mm256_extractf128_ps(*ar, 1);
+            let s4 = _mm_add_ps(hi, _mm256_castps256_ps128(*ar));
+            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+            let mut s = _mm_cvtss_f32(s1);
+            for k in i..n {
+                s += *pw.add(r * n + k) * *px.add(k);
+            }
+            out[r] = s;
+        }
+        out
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -346,6 +470,38 @@ mod tests {
                     (*eb as f64 - e).abs() <= 4e-7 * e + 1e-37,
                     "exp({x}): {eb} vs {e}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn dot4_matches_scalar() {
+        for n in [1usize, 8, 13, 64, 256] {
+            let w = rand_vec(4 * n, n as u64);
+            let x = rand_vec(n, 9);
+            let (a, b) = (dot4(&w, &x), dot4_scalar(&w, &x));
+            for r in 0..4 {
+                assert!((a[r] - b[r]).abs() < 1e-5 * n as f32, "{n} {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn axpy_rows_matches_scalar() {
+        for (n, rows, stride) in [
+            (64usize, 37usize, 128usize),
+            (40, 3, 40),
+            (7, 5, 9),
+            (96, 1, 96),
+        ] {
+            let p = rand_vec(rows, n as u64);
+            let v = rand_vec((rows - 1) * stride + n, 3 + rows as u64);
+            let o0 = rand_vec(n, 77);
+            let (mut a, mut b) = (o0.clone(), o0.clone());
+            axpy_rows(&mut a, &p, &v, stride);
+            axpy_rows_scalar(&mut b, &p, &v, stride);
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x - y).abs() < 1e-5, "{x} vs {y}");
             }
         }
     }
