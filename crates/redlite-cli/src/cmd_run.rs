@@ -1,6 +1,161 @@
-#[derive(clap::Args)]
-pub struct Args {}
+//! `redlite run`: generate text from a prompt, streaming it to stdout.
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not available yet")
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use redlite_backend::CpuBackend;
+use redlite_engine::{generate, GenerateParams, SamplingParams, StopReason};
+use redlite_model::Model;
+use redlite_tokenizer::Tokenizer;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (for a split model, any of its shards).
+    pub model: PathBuf,
+    /// Prompt text.
+    #[arg(short, long, conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short, long)]
+    pub file: Option<PathBuf>,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    pub n_predict: usize,
+    /// Sampling temperature; 0 is greedy (always the most likely token).
+    #[arg(long = "temp", default_value_t = 0.7)]
+    pub temperature: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 20)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1 = off).
+    #[arg(long, default_value_t = 0.8)]
+    pub top_p: f32,
+    /// Drop tokens less likely than M times the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Random seed (default: a fresh one each run).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Parse special tokens such as <|im_start|> written in the prompt.
+    #[arg(long)]
+    pub special: bool,
+    /// Keep generating past end-of-generation tokens (<|im_end|>, <|endoftext|>).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Worker threads (default: all cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Prompt tokens fed per forward pass.
+    #[arg(long, default_value_t = 512)]
+    pub batch: usize,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading prompt file {}", f.display()))?,
+        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
+    };
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let t_load = Instant::now();
+    let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
+    let threads = backend_threads(args.threads);
+    let model = Model::load_with_backend(&args.model, Arc::new(backend))
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let tokenizer = Tokenizer::from_gguf(model.gguf())
+        .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
+    let ids = tokenizer.tokenize(&prompt, tokenizer.add_bos(), args.special);
+    if ids.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    eprintln!(
+        "loaded {} in {:.2}s ({} layers, vocab {}, {} threads); prompt: {} tokens",
+        args.model.display(),
+        t_load.elapsed().as_secs_f64(),
+        model.config().n_layer,
+        model.config().vocab_size,
+        threads,
+        ids.len()
+    );
+    let params = GenerateParams {
+        max_tokens: args.n_predict,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            seed: args.seed,
+        },
+        prefill_chunk: args.batch,
+        stop_at_eog: !args.ignore_eos,
+    };
+    // A progress bar for long prompts only (shown after a second).
+    let bar = ProgressBar::new(ids.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "reading prompt {bar:40} {pos}/{len} tokens ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    let started = Instant::now();
+    let mut shown = false;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let g = generate(
+        &model,
+        &tokenizer,
+        &ids,
+        &params,
+        |done, _total| {
+            if !shown && started.elapsed() > Duration::from_secs(1) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                shown = true;
+            }
+            bar.set_position(done as u64);
+        },
+        |text| {
+            if !bar.is_finished() {
+                bar.finish_and_clear();
+            }
+            // A closed stdout (e.g. piped to `head`) ends output, not the program with a panic.
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        },
+    )?;
+    bar.finish_and_clear();
+    let _ = writeln!(out);
+    let why = match g.stop {
+        StopReason::EndOfGeneration(t) => format!(
+            "end of generation ({})",
+            tokenizer.token_text(t).unwrap_or("?")
+        ),
+        StopReason::Length => format!("token limit {}", args.n_predict),
+    };
+    eprintln!(
+        "prompt: {} tokens in {:.2}s ({:.1} tok/s); generation: {} tokens in {:.2}s ({:.1} tok/s); stopped at {}",
+        g.prompt_tokens,
+        g.prompt_seconds,
+        g.prompt_tokens_per_second(),
+        g.tokens.len(),
+        g.generated_seconds,
+        g.generated_tokens_per_second(),
+        why
+    );
+    Ok(())
+}
+
+fn backend_threads(requested: Option<usize>) -> usize {
+    requested.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
 }
