@@ -354,3 +354,14 @@ struct WordCache<'a> {
     map: FxMap<&'a [u8], (u32, u32)>,
     store: Vec<u32>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_is_shareable_across_threads() {
+        fn check<T: Send + Sync>() {}
+        check::<Tokenizer>();
+    }
+}

@@ -6,6 +6,7 @@
 //! `Ġ`, a newline `Ċ`. Added tokens (CONTROL / USER_DEFINED) are stored as
 //! their raw text.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::PathBuf;
@@ -404,18 +405,20 @@ impl Vocab {
         for i in 0..n as u32 {
             let t = v.text_at(i);
             // Like llama.cpp's `token_to_id[text] = id`: the last one wins.
-            let h = hash_str(t);
-            match index.map.get(&h) {
-                None => {
-                    index.map.insert(h, i);
+            match index.map.entry(hash_str(t)) {
+                Entry::Vacant(e) => {
+                    e.insert(i);
                 }
-                Some(&j) if v.text_at(j) == t => {
-                    index.map.insert(h, i);
+                Entry::Occupied(mut e) => {
+                    if v.text_at(*e.get()) == t {
+                        e.insert(i);
+                    } else {
+                        match index.overflow.iter_mut().find(|(s, _)| s == t) {
+                            Some(e) => e.1 = i,
+                            None => index.overflow.push((t.to_string(), i)),
+                        }
+                    }
                 }
-                Some(_) => match index.overflow.iter_mut().find(|(s, _)| s == t) {
-                    Some(e) => e.1 = i,
-                    None => index.overflow.push((t.to_string(), i)),
-                },
             }
         }
         v.index = index;
