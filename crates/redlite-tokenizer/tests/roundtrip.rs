@@ -256,3 +256,23 @@ fn stream_holds_back_partial_characters() {
     assert_eq!(s, tok.decode(&ids[..2]).unwrap());
     assert!(s.ends_with('\u{FFFD}'));
 }
+
+/// Leaving CONTROL tokens out of the text keeps USER_DEFINED tags, in both
+/// the one-shot and the streaming decoder.
+#[test]
+fn control_tokens_can_be_left_out() {
+    let tok = tiny();
+    let text = "<|im_start|>assistant\n<tool_call>\nx<|im_end|>";
+    let ids = tok.encode(text, true);
+    assert!(ids.contains(&1010) && ids.contains(&1011) && ids.contains(&1012));
+    let plain = tok.decode_opts(&ids, false).unwrap();
+    assert_eq!(plain, "assistant\n<tool_call>\nx");
+    let mut d = redlite_tokenizer::StreamDecoder::new(&tok, false);
+    let mut s = String::new();
+    for &i in &ids {
+        s.push_str(&d.push(i).unwrap());
+    }
+    s.push_str(&d.finish());
+    assert_eq!(s, plain);
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+}
