@@ -103,7 +103,8 @@ fn layer_kinds(f: &GgufFile, arch: &str, n_layer: u64) -> Result<Vec<&'static st
 fn summarise_kinds(kinds: &[&str]) -> String {
     // Compress a periodic schedule: "12 x (3 linear + 1 full)".
     for period in 1..=kinds.len() {
-        if kinds.len() % period == 0 && kinds.chunks(period).all(|c| c == &kinds[..period]) {
+        if kinds.len().is_multiple_of(period) && kinds.chunks(period).all(|c| c == &kinds[..period])
+        {
             let mut parts: Vec<String> = Vec::new();
             let mut i = 0;
             while i < period {

@@ -48,7 +48,11 @@ fn inspect_reports_fixture_hparams() {
             serde_json::json!(["linear", "linear", "linear", "full"]),
             "{file}"
         );
-        assert_eq!(h["embedding_length"], if tiny_a { 128 } else { 256 }, "{file}");
+        assert_eq!(
+            h["embedding_length"],
+            if tiny_a { 128 } else { 256 },
+            "{file}"
+        );
         assert_eq!(h["expert_count"], if tiny_a { 8 } else { 4 }, "{file}");
         assert_eq!(h["expert_used_count"], if tiny_a { 3 } else { 2 }, "{file}");
         assert_eq!(h["attention.head_count"], 4, "{file}");
@@ -56,7 +60,11 @@ fn inspect_reports_fixture_hparams() {
         assert_eq!(h["attention.key_length"], 64, "{file}");
         assert_eq!(h["rope.dimension_count"], 16, "{file}");
         assert_eq!(h["rope.freq_base"].as_f64(), Some(1e7), "{file}");
-        assert_eq!(h["attention.layer_norm_rms_epsilon"].as_f64(), Some(1e-6), "{file}");
+        assert_eq!(
+            h["attention.layer_norm_rms_epsilon"].as_f64(),
+            Some(1e-6),
+            "{file}"
+        );
         assert_eq!(h["ssm.conv_kernel"], 4, "{file}");
         assert_eq!(h["ssm.group_count"], 2, "{file}");
         assert_eq!(h["ssm.time_step_rank"], 4, "{file}");
@@ -83,7 +91,12 @@ fn inspect_reports_fixture_hparams() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["type"].as_str().unwrap().to_string(), t["tensors"].as_u64().unwrap()))
+        .map(|t| {
+            (
+                t["type"].as_str().unwrap().to_string(),
+                t["tensors"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert!(types.contains(&("IQ1_M".into(), 8)), "{types:?}");
     assert!(types.contains(&("IQ2_XS".into(), 4)), "{types:?}");
@@ -97,7 +110,10 @@ fn inspect_human_output_and_errors() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("3 linear (Gated DeltaNet) + 1 full attention"), "{text}");
+    assert!(
+        text.contains("3 linear (Gated DeltaNet) + 1 full attention"),
+        "{text}"
+    );
     assert!(text.contains("8 routed, top-3"), "{text}");
     assert!(text.contains("BF16"), "{text}");
 
@@ -111,6 +127,9 @@ fn inspect_human_output_and_errors() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.gguf") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("bad.gguf") && err.contains("truncated"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }

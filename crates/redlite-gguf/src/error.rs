@@ -4,12 +4,10 @@ use std::path::PathBuf;
 /// names the file, and where it applies the key or tensor and the byte offset.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The I/O error is part of the message rather than a `source`, so a
+    // chain printer (`{:#}`) does not print it twice.
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("{}: at byte {offset}: {msg}", path.display())]
     Format {
         path: PathBuf,

@@ -446,9 +446,9 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
 }
 
 fn map_file(path: &Path) -> Result<Mmap> {
-    let io = |source| GgufError::Io {
+    let io = |err| GgufError::Io {
         path: path.to_path_buf(),
-        source,
+        err,
     };
     let file = File::open(path).map_err(io)?;
     // SAFETY: the map is read-only and private to this process. Another

@@ -176,9 +176,9 @@ impl GgufWriter {
     /// Write the file.
     pub fn write_to_path(self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io {
+        let io = |err| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            err,
         };
         let f = File::create(path).map_err(io)?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
