@@ -15,8 +15,8 @@ pub static IQ4_NL: TypeKernels = TypeKernels {
     ty: GgmlType::IQ4_NL,
     dequant: dequant_iq4_nl,
     dot_scalar: dot_iq4_nl,
-    dot_avx2: None,
-    dot_avx512: None,
+    dot_avx2: IQ4_NL_AVX2,
+    dot_avx512: IQ4_NL_AVX512,
 };
 pub static IQ4_XS: TypeKernels = TypeKernels {
     ty: GgmlType::IQ4_XS,
@@ -30,6 +30,14 @@ pub static IQ4_XS: TypeKernels = TypeKernels {
 const IQ4_XS_AVX2: Option<crate::DotFn> = Some(simd::dot_iq4_xs_avx2);
 #[cfg(target_arch = "x86_64")]
 const IQ4_XS_AVX512: Option<crate::DotFn> = Some(simd::dot_iq4_xs_avx512);
+#[cfg(target_arch = "x86_64")]
+const IQ4_NL_AVX2: Option<crate::DotFn> = Some(simd::dot_iq4_nl_avx2);
+#[cfg(target_arch = "x86_64")]
+const IQ4_NL_AVX512: Option<crate::DotFn> = Some(simd::dot_iq4_nl_avx512);
+#[cfg(not(target_arch = "x86_64"))]
+const IQ4_NL_AVX2: Option<crate::DotFn> = None;
+#[cfg(not(target_arch = "x86_64"))]
+const IQ4_NL_AVX512: Option<crate::DotFn> = None;
 #[cfg(not(target_arch = "x86_64"))]
 const IQ4_XS_AVX2: Option<crate::DotFn> = None;
 #[cfg(not(target_arch = "x86_64"))]
@@ -90,6 +98,7 @@ mod simd {
 
     use super::{scale_iq4_xs, KVALUES_IQ4NL};
     use crate::kquants::simd::{kdot, Dec};
+    use crate::legacy::x86::{block32_dot, nibbles32};
     use crate::util::f16_ptr;
 
     /// Decode one IQ4_XS block (136 bytes, guaranteed by chunks_exact).
@@ -127,5 +136,28 @@ mod simd {
         136,
         false,
         super::dot_iq4_xs
+    );
+
+    /// Decode one IQ4_NL block: the grid values of its 32 nibbles as signed
+    /// bytes in element order, and `d`.
+    ///
+    /// # Safety
+    /// `b` must be valid for reading one 18-byte block; AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn dec_iq4_nl(b: *const u8) -> (__m256i, f32, f32) {
+        let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        let tab = _mm256_broadcastsi128_si256(t);
+        let q = _mm256_shuffle_epi8(tab, nibbles32(b.add(2)));
+        (q, f16_ptr(b), 0.0)
+    }
+
+    block32_dot!(
+        dot_iq4_nl_avx2,
+        dot_iq4_nl_avx512,
+        18,
+        dec_iq4_nl,
+        false,
+        super::dot_iq4_nl
     );
 }

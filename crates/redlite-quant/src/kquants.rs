@@ -55,8 +55,8 @@ pub static Q8_K: TypeKernels = TypeKernels {
     ty: GgmlType::Q8_K,
     dequant: dequant_q8_k,
     dot_scalar: dot_q8_k,
-    dot_avx2: None,
-    dot_avx512: None,
+    dot_avx2: fast::Q8_K_AVX2,
+    dot_avx512: fast::Q8_K_AVX512,
 };
 
 const QK_K: usize = 256;
@@ -246,6 +246,7 @@ mod fast {
     paths!(Q4_K_AVX2, Q4_K_AVX512, dot_q4_k_avx2, dot_q4_k_avx512);
     paths!(Q5_K_AVX2, Q5_K_AVX512, dot_q5_k_avx2, dot_q5_k_avx512);
     paths!(Q6_K_AVX2, Q6_K_AVX512, dot_q6_k_avx2, dot_q6_k_avx512);
+    paths!(Q8_K_AVX2, Q8_K_AVX512, dot_q8_k_avx2, dot_q8_k_avx512);
 }
 
 /// AVX2 / AVX-512 dot products for blocks of 256 weights.
@@ -617,4 +618,79 @@ pub(crate) mod simd {
         false,
         super::dot_q6_k
     );
+
+    // ---- Q8_K: d (f32) times 256 signed bytes; `bsums` are not needed ----
+    //
+    // No integer decode step: the bytes are widened straight from the block,
+    // as for Q8_0.
+
+    pub fn dot_q8_k_avx2(data: &[u8], x: &[f32]) -> f32 {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn inner(mut b: *const u8, mut x: *const f32, n: usize) -> f32 {
+            let mut acc0 = _mm256_setzero_ps();
+            let mut acc1 = _mm256_setzero_ps();
+            for _ in 0..n {
+                let d = _mm256_set1_ps(std::ptr::read_unaligned(b as *const f32));
+                let q = b.add(4);
+                let mut s = _mm256_setzero_ps();
+                let mut t = _mm256_setzero_ps();
+                for k in 0..16 {
+                    let w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        q.add(16 * k) as *const __m128i,
+                    )));
+                    let w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        q.add(16 * k + 8) as *const __m128i,
+                    )));
+                    s = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x.add(16 * k)), s);
+                    t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x.add(16 * k + 8)), t);
+                }
+                acc0 = _mm256_fmadd_ps(d, s, acc0);
+                acc1 = _mm256_fmadd_ps(d, t, acc1);
+                b = b.add(292);
+                x = x.add(256);
+            }
+            crate::util::hsum256(_mm256_add_ps(acc0, acc1))
+        }
+        let n = (data.len() / 292).min(x.len() / 256);
+        // SAFETY: lib.rs selects this kernel only when the CPU has AVX2 and
+        // FMA (the scale is an f32, so F16C is not needed). `inner` reads
+        // `n` whole 292-byte blocks and `256 * n` values, which both slices
+        // hold.
+        unsafe { inner(data.as_ptr(), x.as_ptr(), n) }
+    }
+
+    pub fn dot_q8_k_avx512(data: &[u8], x: &[f32]) -> f32 {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+        unsafe fn inner(mut b: *const u8, mut x: *const f32, n: usize) -> f32 {
+            let mut acc0 = _mm512_setzero_ps();
+            let mut acc1 = _mm512_setzero_ps();
+            for _ in 0..n {
+                let d = _mm512_set1_ps(std::ptr::read_unaligned(b as *const f32));
+                let q = b.add(4);
+                let mut s = _mm512_setzero_ps();
+                let mut t = _mm512_setzero_ps();
+                for k in 0..8 {
+                    let w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                        q.add(32 * k) as *const __m128i,
+                    )));
+                    let w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                        q.add(32 * k + 16) as *const __m128i,
+                    )));
+                    s = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x.add(32 * k)), s);
+                    t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x.add(32 * k + 16)), t);
+                }
+                acc0 = _mm512_fmadd_ps(d, s, acc0);
+                acc1 = _mm512_fmadd_ps(d, t, acc1);
+                b = b.add(292);
+                x = x.add(256);
+            }
+            _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+        }
+        let n = (data.len() / 292).min(x.len() / 256);
+        // SAFETY: lib.rs selects this kernel only when the CPU has AVX-512
+        // F/BW/VL, AVX2 and FMA (F16C is not needed). `inner` reads
+        // `n` whole 292-byte blocks and `256 * n` values, which both slices
+        // hold.
+        unsafe { inner(data.as_ptr(), x.as_ptr(), n) }
+    }
 }

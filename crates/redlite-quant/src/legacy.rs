@@ -22,22 +22,22 @@ pub static Q4_1: TypeKernels = TypeKernels {
     ty: GgmlType::Q4_1,
     dequant: dequant_q4_1,
     dot_scalar: dot_q4_1,
-    dot_avx2: None,
-    dot_avx512: None,
+    dot_avx2: X86_Q4_1_AVX2,
+    dot_avx512: X86_Q4_1_AVX512,
 };
 pub static Q5_0: TypeKernels = TypeKernels {
     ty: GgmlType::Q5_0,
     dequant: dequant_q5_0,
     dot_scalar: dot_q5_0,
-    dot_avx2: None,
-    dot_avx512: None,
+    dot_avx2: X86_Q5_0_AVX2,
+    dot_avx512: X86_Q5_0_AVX512,
 };
 pub static Q5_1: TypeKernels = TypeKernels {
     ty: GgmlType::Q5_1,
     dequant: dequant_q5_1,
     dot_scalar: dot_q5_1,
-    dot_avx2: None,
-    dot_avx512: None,
+    dot_avx2: X86_Q5_1_AVX2,
+    dot_avx512: X86_Q5_1_AVX512,
 };
 pub static Q8_0: TypeKernels = TypeKernels {
     ty: GgmlType::Q8_0,
@@ -63,6 +63,30 @@ const X86_Q4_0_AVX512: Option<crate::DotFn> = None;
 const X86_Q8_0_AVX2: Option<crate::DotFn> = None;
 #[cfg(not(target_arch = "x86_64"))]
 const X86_Q8_0_AVX512: Option<crate::DotFn> = None;
+#[cfg(target_arch = "x86_64")]
+const X86_Q4_1_AVX2: Option<crate::DotFn> = Some(x86::dot_q4_1_avx2);
+#[cfg(target_arch = "x86_64")]
+const X86_Q4_1_AVX512: Option<crate::DotFn> = Some(x86::dot_q4_1_avx512);
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q4_1_AVX2: Option<crate::DotFn> = None;
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q4_1_AVX512: Option<crate::DotFn> = None;
+#[cfg(target_arch = "x86_64")]
+const X86_Q5_0_AVX2: Option<crate::DotFn> = Some(x86::dot_q5_0_avx2);
+#[cfg(target_arch = "x86_64")]
+const X86_Q5_0_AVX512: Option<crate::DotFn> = Some(x86::dot_q5_0_avx512);
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q5_0_AVX2: Option<crate::DotFn> = None;
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q5_0_AVX512: Option<crate::DotFn> = None;
+#[cfg(target_arch = "x86_64")]
+const X86_Q5_1_AVX2: Option<crate::DotFn> = Some(x86::dot_q5_1_avx2);
+#[cfg(target_arch = "x86_64")]
+const X86_Q5_1_AVX512: Option<crate::DotFn> = Some(x86::dot_q5_1_avx512);
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q5_1_AVX2: Option<crate::DotFn> = None;
+#[cfg(not(target_arch = "x86_64"))]
+const X86_Q5_1_AVX512: Option<crate::DotFn> = None;
 
 const QK: usize = 32;
 
@@ -158,7 +182,7 @@ pub fn dot_q8_0(data: &[u8], x: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use crate::util::{f16_ptr, has_f16c, hsum256};
@@ -345,4 +369,233 @@ mod x86 {
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
     }
+
+    // ---- Shared 32-element block machinery (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) ----
+
+    /// The 32 nibbles of the 16 bytes at `q` as bytes in element order: low
+    /// nibbles (elements 0..16) in the low lane, high nibbles in the high one.
+    ///
+    /// # Safety
+    /// `q` must be valid for reading 16 bytes; the CPU must have AVX2.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) unsafe fn nibbles32(q: *const u8) -> __m256i {
+        let v = _mm_loadu_si128(q as *const __m128i);
+        let m4 = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(v, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), m4);
+        _mm256_set_m128i(hi, lo)
+    }
+
+    /// `0x10` in byte `j` where bit `j` of the little-endian u32 at `p` is set.
+    ///
+    /// # Safety
+    /// `p` must be valid for reading 4 bytes; the CPU must have AVX2.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn fifth_bits(p: *const u8) -> __m256i {
+        let qh = u32::from_le(std::ptr::read_unaligned(p as *const u32));
+        // Byte j gets byte j / 8 of qh, then keeps bit j % 8.
+        let shuf = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+
+    /// Accumulate one 32-element block: `q` holds the 32 quants as signed
+    /// bytes in element order, `x` points at its 32 values. With `AFFINE`
+    /// each weight is `q·d + m` (one fused op) before it meets `x`;
+    /// otherwise `d` multiplies the block's `Σ q·x` (and `m` is unused).
+    ///
+    /// # Safety
+    /// `x` must be valid for reading 32 f32; AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) unsafe fn block32_avx2<const AFFINE: bool>(
+        q: __m256i,
+        d: f32,
+        m: f32,
+        x: *const f32,
+        acc: &mut [__m256; 2],
+    ) {
+        let lo = _mm256_castsi256_si128(q);
+        let hi = _mm256_extracti128_si256::<1>(q);
+        let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(lo)));
+        let q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        let q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(hi)));
+        let dv = _mm256_set1_ps(d);
+        if AFFINE {
+            let mv = _mm256_set1_ps(m);
+            let mut a0 = acc[0];
+            let mut a1 = acc[1];
+            a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q0, dv, mv), _mm256_loadu_ps(x), a0);
+            a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q1, dv, mv), _mm256_loadu_ps(x.add(8)), a1);
+            a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q2, dv, mv), _mm256_loadu_ps(x.add(16)), a0);
+            a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q3, dv, mv), _mm256_loadu_ps(x.add(24)), a1);
+            acc[0] = a0;
+            acc[1] = a1;
+        } else {
+            let mut s = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
+            let mut t = _mm256_mul_ps(q1, _mm256_loadu_ps(x.add(8)));
+            s = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x.add(16)), s);
+            t = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x.add(24)), t);
+            acc[0] = _mm256_fmadd_ps(dv, s, acc[0]);
+            acc[1] = _mm256_fmadd_ps(dv, t, acc[1]);
+        }
+    }
+
+    /// AVX-512 twin of [`block32_avx2`]: 16 lanes, two vectors per block.
+    ///
+    /// # Safety
+    /// `x` must be valid for reading 32 f32; AVX-512 F/BW/VL, AVX2, FMA.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    #[inline]
+    pub(crate) unsafe fn block32_avx512<const AFFINE: bool>(
+        q: __m256i,
+        d: f32,
+        m: f32,
+        x: *const f32,
+        acc: &mut [__m512; 2],
+    ) {
+        let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+        let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(q)));
+        let dv = _mm512_set1_ps(d);
+        if AFFINE {
+            let mv = _mm512_set1_ps(m);
+            acc[0] = _mm512_fmadd_ps(_mm512_fmadd_ps(q0, dv, mv), _mm512_loadu_ps(x), acc[0]);
+            acc[1] = _mm512_fmadd_ps(
+                _mm512_fmadd_ps(q1, dv, mv),
+                _mm512_loadu_ps(x.add(16)),
+                acc[1],
+            );
+        } else {
+            let s = _mm512_fmadd_ps(
+                q1,
+                _mm512_loadu_ps(x.add(16)),
+                _mm512_mul_ps(q0, _mm512_loadu_ps(x)),
+            );
+            acc[0] = _mm512_fmadd_ps(dv, s, acc[0]);
+            acc.swap(0, 1);
+        }
+    }
+
+    /// Generates the safe AVX2 and AVX-512 entry points of a 32-element
+    /// block type from its decoder `unsafe fn(*const u8) -> (__m256i, f32,
+    /// f32)` (quants as signed bytes in element order, `d`, `m`; AVX2 target
+    /// features; reads only inside the `$ts`-byte block).
+    macro_rules! block32_dot {
+        ($avx2:ident, $avx512:ident, $ts:expr, $dec:path, $affine:expr, $scalar:path) => {
+            pub fn $avx2(data: &[u8], x: &[f32]) -> f32 {
+                use std::arch::x86_64::*;
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn inner(mut b: *const u8, mut x: *const f32, n: usize) -> f32 {
+                    let mut acc = [_mm256_setzero_ps(); 2];
+                    for _ in 0..n {
+                        let (q, d, m) = $dec(b);
+                        $crate::legacy::x86::block32_avx2::<{ $affine }>(q, d, m, x, &mut acc);
+                        b = b.add($ts);
+                        x = x.add(32);
+                    }
+                    $crate::util::hsum256(_mm256_add_ps(acc[0], acc[1]))
+                }
+                let n = (data.len() / $ts).min(x.len() / 32);
+                if !$crate::util::has_f16c() {
+                    return $scalar(data, x);
+                }
+                // SAFETY: lib.rs selects this kernel only when the CPU has
+                // AVX2 and FMA; F16C was checked above. `inner` reads `n`
+                // whole blocks and `32 * n` values, which both slices hold.
+                unsafe { inner(data.as_ptr(), x.as_ptr(), n) }
+            }
+
+            pub fn $avx512(data: &[u8], x: &[f32]) -> f32 {
+                use std::arch::x86_64::*;
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                unsafe fn inner(mut b: *const u8, mut x: *const f32, n: usize) -> f32 {
+                    let mut acc = [_mm512_setzero_ps(); 2];
+                    for _ in 0..n {
+                        let (q, d, m) = $dec(b);
+                        $crate::legacy::x86::block32_avx512::<{ $affine }>(q, d, m, x, &mut acc);
+                        b = b.add($ts);
+                        x = x.add(32);
+                    }
+                    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+                }
+                let n = (data.len() / $ts).min(x.len() / 32);
+                if !$crate::util::has_f16c() {
+                    return $scalar(data, x);
+                }
+                // SAFETY: lib.rs selects this kernel only when the CPU has
+                // AVX-512 F/BW/VL, AVX2 and FMA; F16C was checked above.
+                // `inner` reads `n` whole blocks and `32 * n` values, which
+                // both slices hold.
+                unsafe { inner(data.as_ptr(), x.as_ptr(), n) }
+            }
+        };
+    }
+    pub(crate) use block32_dot;
+
+    // ---- Q4_1: d * q + m ----
+
+    /// # Safety
+    /// `b` must be valid for reading one 20-byte block; AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn dec_q4_1(b: *const u8) -> (__m256i, f32, f32) {
+        (nibbles32(b.add(4)), f16_ptr(b), f16_ptr(b.add(2)))
+    }
+
+    // ---- Q5_0: d * (q - 16) ----
+
+    /// # Safety
+    /// `b` must be valid for reading one 22-byte block; AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn dec_q5_0(b: *const u8) -> (__m256i, f32, f32) {
+        let q = _mm256_or_si256(nibbles32(b.add(6)), fifth_bits(b.add(2)));
+        (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), f16_ptr(b), 0.0)
+    }
+
+    // ---- Q5_1: d * q + m ----
+
+    /// # Safety
+    /// `b` must be valid for reading one 24-byte block; AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn dec_q5_1(b: *const u8) -> (__m256i, f32, f32) {
+        let q = _mm256_or_si256(nibbles32(b.add(8)), fifth_bits(b.add(4)));
+        (q, f16_ptr(b), f16_ptr(b.add(2)))
+    }
+
+    block32_dot!(
+        dot_q4_1_avx2,
+        dot_q4_1_avx512,
+        20,
+        dec_q4_1,
+        true,
+        super::dot_q4_1
+    );
+    block32_dot!(
+        dot_q5_0_avx2,
+        dot_q5_0_avx512,
+        22,
+        dec_q5_0,
+        false,
+        super::dot_q5_0
+    );
+    block32_dot!(
+        dot_q5_1_avx2,
+        dot_q5_1_avx512,
+        24,
+        dec_q5_1,
+        true,
+        super::dot_q5_1
+    );
 }
