@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redlite_backend::CpuBackend;
 use redlite_engine::{generate, GenerateParams, SamplingParams, StopReason};
 use redlite_model::Model;
+use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
@@ -43,6 +44,13 @@ pub struct Args {
     /// Parse special tokens such as <|im_start|> written in the prompt.
     #[arg(long)]
     pub special: bool,
+    /// Treat the prompt as a user message: render it with the model's chat template
+    /// (ChatML when the file has none) and generate the assistant's reply.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for --chat.
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
     /// Keep generating past end-of-generation tokens (<|im_end|>, <|endoftext|>).
     #[arg(long)]
     pub ignore_eos: bool,
@@ -71,7 +79,22 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("loading {}", args.model.display()))?;
     let tokenizer = Tokenizer::from_gguf(model.gguf())
         .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
-    let ids = tokenizer.tokenize(&prompt, tokenizer.add_bos(), args.special);
+    let (prompt, special) = if args.chat {
+        let template = ChatTemplate::from_gguf(model.gguf())
+            .with_context(|| format!("reading the chat template of {}", args.model.display()))?;
+        let mut messages = Vec::new();
+        if let Some(sys) = &args.system {
+            messages.push(serde_json::json!({"role": "system", "content": sys}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": prompt}));
+        let text = template
+            .render(&messages, None, true, &serde_json::Map::new())
+            .context("rendering the chat template")?;
+        (text, true)
+    } else {
+        (prompt, args.special)
+    };
+    let ids = tokenizer.tokenize(&prompt, tokenizer.add_bos(), special);
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }

@@ -71,6 +71,28 @@ fn synth_then_run_generates_text() {
         "--ignore-eos",
     ];
     assert_eq!(ok(&redlite(&args)).0, ok(&redlite(&args)).0);
+    // Chat mode renders the prompt through the template (ChatML fallback here).
+    let (_, se) = ok(&redlite(&[
+        "run",
+        m,
+        "-p",
+        "hello",
+        "--chat",
+        "--system",
+        "Be brief.",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+    ]));
+    // <|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n
+    let n_prompt: usize = se
+        .split("prompt: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    assert!(n_prompt >= 9, "{se}");
     // Bad input: clear errors, no panic.
     let out = redlite(&["run", m, "-p", "x", "--top-p", "0"]);
     assert!(!out.status.success());
