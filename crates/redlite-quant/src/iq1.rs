@@ -120,6 +120,7 @@ scalar_kernels!(dequant_iq1m, dot_iq1m, deq_iq1m_block, IQ1M_BYTES);
 mod x86 {
     use super::*;
     use crate::iq2::simd::*;
+    use crate::iq_tables::IQ1S_GRID;
     use crate::DotFn;
     use std::arch::x86_64::*;
 
@@ -201,8 +202,112 @@ mod x86 {
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
     }
 
-    /// Rows of `+delta` and `-delta`, selected by a delta sign bit.
-    static DELTA_ROWS: A32<[[f32; 8]; 2]> = A32([[IQ1M_DELTA; 8], [-IQ1M_DELTA; 8]]);
+    /// One IQ1_M block made ready for the dot loop: the 256 weights as
+    /// signed bytes `8·(grid + delta)` (exact: grid values are -1, 0, 1 and
+    /// delta is ±1/8) and the 16 scales `d·(2s + 1)/8`, one per 16 weights.
+    #[repr(C, align(32))]
+    pub(super) struct MPrep {
+        pub(super) q: [i8; QK],
+        pub(super) dl: [f32; 16],
+    }
+
+    impl MPrep {
+        pub(super) fn new() -> MPrep {
+            MPrep {
+                q: [0; QK],
+                dl: [0.0; 16],
+            }
+        }
+    }
+
+    /// `8·grid` of every IQ1_S/IQ1_M grid entry (bytes -8, 0, 8).
+    pub(super) static GRID8: [u64; 2048] = times8(IQ1S_GRID);
+
+    const fn times8<const N: usize>(g: [u64; N]) -> [u64; N] {
+        let mut t = [0u64; N];
+        let mut i = 0;
+        while i < N {
+            // Bytes are -1, 0, 1: the bits shifted in from the byte below are masked off.
+            t[i] = (g[i] << 3) & 0xf8f8_f8f8_f8f8_f8f8;
+            i += 1;
+        }
+        t
+    }
+
+    /// Offsets of 32 grid rows, aligned for vector stores.
+    #[repr(C, align(32))]
+    struct Offsets([u16; 32]);
+
+    /// Fills `p` from the IQ1_M block at `b`: the 32 rows of `8·grid` are
+    /// assembled four at a time and shifted by `8·delta` in the byte domain.
+    ///
+    /// # Safety
+    /// `b` must point to a whole IQ1_M block; CPU must have AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn m_prep(b: *const u8, p: &mut MPrep) {
+        let qh = _mm_loadu_si128(b.add(32).cast());
+        let m4 = _mm_set1_epi8(15);
+        let m3 = _mm_set1_epi8(7);
+        // Nibble of group k (3 index high bits, delta sign in bit 3).
+        let lo = _mm_and_si128(qh, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(qh), m4);
+        let nib = [_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)];
+        // 11-bit grid indices.
+        let mut off = Offsets([0; 32]);
+        for (c, n) in nib.iter().enumerate() {
+            let qs = _mm_loadu_si128(b.add(16 * c).cast());
+            let h = _mm_and_si128(*n, m3);
+            let o = off.0.as_mut_ptr().add(16 * c);
+            _mm_store_si128(o.cast(), _mm_unpacklo_epi8(qs, h));
+            _mm_store_si128(o.add(8).cast(), _mm_unpackhi_epi8(qs, h));
+        }
+        // `8·delta` per nibble: +1 below 8, -1 from 8 on (sign bit set).
+        let lut = _mm256_setr_epi8(
+            1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1,
+            -1, -1, -1, -1, -1, -1,
+        );
+        // Spreads nibbles 0..4 of a 128-bit lane over 8 bytes each.
+        let spread = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
+            3, 3, 3,
+        );
+        for c in 0..8 {
+            let n = _mm256_broadcastsi128_si256(nib[c / 4]);
+            let pat = _mm256_add_epi8(spread, _mm256_set1_epi8(4 * (c % 4) as i8));
+            let delta = _mm256_shuffle_epi8(lut, _mm256_shuffle_epi8(n, pat));
+            // Volatile: keeps the offsets as plain loads rather than
+            // vector-to-scalar extractions.
+            let row =
+                |j: usize| GRID8[off.0.as_ptr().add(4 * c + j).read_volatile() as usize & 2047];
+            let g = _mm256_setr_epi64x(row(0) as i64, row(1) as i64, row(2) as i64, row(3) as i64);
+            let v = _mm256_add_epi8(g, delta);
+            _mm256_store_si256(p.q.as_mut_ptr().add(32 * c).cast(), v);
+        }
+        // Scale m (16 weights) is bits 3(m%4) .. 3(m%4)+3 of word m/4.
+        let d8 = _mm256_set1_ps(f16_to_f32(iq1m_d_bits(m_scale_words(b))) * 0.125);
+        let words = _mm256_cvtepu16_epi32(_mm_loadl_epi64(b.add(48).cast()));
+        let shifts = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+        let seven = _mm256_set1_epi32(7);
+        let one32 = _mm256_set1_epi32(1);
+        for (j, sel) in [
+            _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+            _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let s = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(words, sel), shifts),
+                seven,
+            );
+            let odd = _mm256_or_si256(_mm256_slli_epi32::<1>(s), one32);
+            _mm256_store_ps(
+                p.dl.as_mut_ptr().add(8 * j),
+                _mm256_mul_ps(d8, _mm256_cvtepi32_ps(odd)),
+            );
+        }
+    }
 
     /// IQ1_M scale words of the block at `b`.
     ///
@@ -213,37 +318,39 @@ mod x86 {
         [0, 1, 2, 3].map(|k| rd16(b.add(48 + 2 * k)) as u16)
     }
 
+    /// 8 prepared weight bytes at `q` as f32.
+    ///
+    /// # Safety
+    /// `q` must be valid for reading 8 bytes; CPU must have AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bytes8(q: *const i8) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(q.cast())))
+    }
+
     /// # Safety
     /// CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn k_iq1m_avx2(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ1M_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ1_M dot: length mismatch");
-        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut p = MPrep::new();
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let sc = m_scale_words(b);
-            let d = f16_to_f32(iq1m_d_bits(sc));
-            for ib in 0..8 {
-                for (h, a) in acc.iter_mut().enumerate() {
-                    let k = 4 * ib + 2 * h;
-                    let qh = *b.add(32 + k / 2) as usize;
-                    let i0 = *b.add(k) as usize | ((qh & 7) << 8);
-                    let i1 = *b.add(k + 1) as usize | (((qh >> 4) & 7) << 8);
-                    let d0 = _mm256_load_ps(DELTA_ROWS.0[(qh >> 3) & 1].as_ptr());
-                    let d1 = _mm256_load_ps(DELTA_ROWS.0[(qh >> 7) & 1].as_ptr());
-                    let w0 = _mm256_add_ps(grid8(iq1s_grid[i0 & 2047]), d0);
-                    let w1 = _mm256_add_ps(grid8(iq1s_grid[i1 & 2047]), d1);
-                    let xp = xb.add(8 * k);
-                    let t = _mm256_mul_ps(w0, _mm256_loadu_ps(xp));
-                    let t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp.add(8)), t);
-                    let dl = _mm256_set1_ps(iq1m_scale(d, sc, ib, h));
-                    *a = _mm256_fmadd_ps(t, dl, *a);
-                }
+            m_prep(b, &mut p);
+            for m in 0..16 {
+                let q = p.q.as_ptr().add(16 * m);
+                let xp = xb.add(16 * m);
+                let t = _mm256_mul_ps(bytes8(q), _mm256_loadu_ps(xp));
+                let t = _mm256_fmadd_ps(bytes8(q.add(8)), _mm256_loadu_ps(xp.add(8)), t);
+                let dl = _mm256_broadcast_ss(&p.dl[m]);
+                acc[m & 3] = _mm256_fmadd_ps(t, dl, acc[m & 3]);
             }
         }
-        hsum8(_mm256_add_ps(acc[0], acc[1]))
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        hsum8(s)
     }
 
     /// # Safety
@@ -252,27 +359,18 @@ mod x86 {
     unsafe fn k_iq1m_avx512(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ1M_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ1_M dot: length mismatch");
-        let pos = _mm512_set1_ps(IQ1M_DELTA);
-        let neg = _mm512_set1_ps(-IQ1M_DELTA);
         let mut acc = [_mm512_setzero_ps(); 4];
+        let mut p = MPrep::new();
         for i in 0..nb {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
-            let sc = m_scale_words(b);
-            let d = f16_to_f32(iq1m_d_bits(sc));
-            for ib in 0..8 {
-                for h in 0..2 {
-                    let k = 4 * ib + 2 * h;
-                    let qh = *b.add(32 + k / 2);
-                    let (g0, _) = iq1m_group(*b.add(k), qh);
-                    let (g1, _) = iq1m_group(*b.add(k + 1), qh >> 4);
-                    // Lanes 0-7 take the low nibble's delta sign, 8-15 the high one's.
-                    let m = (((qh >> 3) & 1) as u16 * 0x00ff) | (((qh >> 7) & 1) as u16 * 0xff00);
-                    let w = _mm512_add_ps(grid16(g0, g1), _mm512_mask_blend_ps(m, pos, neg));
-                    let w = _mm512_mul_ps(w, _mm512_set1_ps(iq1m_scale(d, sc, ib, h)));
-                    let a = &mut acc[(ib & 1) * 2 + h];
-                    *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(8 * k)), *a);
-                }
+            m_prep(b, &mut p);
+            for m in 0..16 {
+                let q = _mm_load_si128(p.q.as_ptr().add(16 * m).cast());
+                let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+                let t = _mm512_mul_ps(w, _mm512_loadu_ps(xb.add(16 * m)));
+                let dl = _mm512_set1_ps(p.dl[m]);
+                acc[m & 3] = _mm512_fmadd_ps(t, dl, acc[m & 3]);
             }
         }
         let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
@@ -307,6 +405,18 @@ mod tests {
         check_fixture_vs_python(&IQ1_M, "tiny-s-IQ1_M.gguf");
         check_fixture_vs_python(&IQ1_M, "tiny-s-CF2mix.gguf");
     }
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn grid8_is_eight_times_the_reference_grid() {
+        assert_eq!(x86::GRID8.len(), iq1s_grid.len());
+        for (i, (g8, g)) in x86::GRID8.iter().zip(iq1s_grid.iter()).enumerate() {
+            for j in 0..8 {
+                let v = (g8 >> (8 * j)) as u8 as i8 as f32;
+                assert_eq!(v, 8.0 * grid_val(*g, j), "entry {i} value {j}");
+            }
+        }
+    }
+
     #[test]
     fn iq1_simd_matches_scalar() {
         check_simd_vs_scalar(&IQ1_S, 23);
