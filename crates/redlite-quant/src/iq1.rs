@@ -340,13 +340,17 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
             m_prep(b, &mut p);
-            for m in 0..16 {
-                let q = p.q.as_ptr().add(16 * m);
-                let xp = xb.add(16 * m);
-                let t = _mm256_mul_ps(bytes8(q), _mm256_loadu_ps(xp));
-                let t = _mm256_fmadd_ps(bytes8(q.add(8)), _mm256_loadu_ps(xp.add(8)), t);
-                let dl = _mm256_broadcast_ss(&p.dl[m]);
-                acc[m & 3] = _mm256_fmadd_ps(t, dl, acc[m & 3]);
+            // One accumulator per sub-block of a quad: constant indices keep
+            // them in registers.
+            for m4 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let m = 4 * m4 + h;
+                    let q = p.q.as_ptr().add(16 * m);
+                    let xp = xb.add(16 * m);
+                    let t = _mm256_mul_ps(bytes8(q), _mm256_loadu_ps(xp));
+                    let t = _mm256_fmadd_ps(bytes8(q.add(8)), _mm256_loadu_ps(xp.add(8)), t);
+                    *a = _mm256_fmadd_ps(t, _mm256_broadcast_ss(&p.dl[m]), *a);
+                }
             }
         }
         let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
@@ -365,12 +369,14 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1M_BYTES);
             let xb = x.as_ptr().add(i * QK);
             m_prep(b, &mut p);
-            for m in 0..16 {
-                let q = _mm_load_si128(p.q.as_ptr().add(16 * m).cast());
-                let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-                let t = _mm512_mul_ps(w, _mm512_loadu_ps(xb.add(16 * m)));
-                let dl = _mm512_set1_ps(p.dl[m]);
-                acc[m & 3] = _mm512_fmadd_ps(t, dl, acc[m & 3]);
+            for m4 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let m = 4 * m4 + h;
+                    let q = _mm_load_si128(p.q.as_ptr().add(16 * m).cast());
+                    let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+                    let t = _mm512_mul_ps(w, _mm512_loadu_ps(xb.add(16 * m)));
+                    *a = _mm512_fmadd_ps(t, _mm512_set1_ps(p.dl[m]), *a);
+                }
             }
         }
         let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));

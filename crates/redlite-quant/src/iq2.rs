@@ -481,7 +481,7 @@ mod x86 {
     unsafe fn k_iq2xs_avx2(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ2XS_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
-        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc = [_mm256_setzero_ps(); 4];
         let mut p = XsPrep {
             grid: [0; 32],
             sign: [0; 32],
@@ -491,15 +491,22 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
             xs_prep(b, &mut p);
-            for j in 0..16 {
-                let xp = xb.add(16 * j);
-                let t = _mm256_mul_ps(xs_group(&p, 2 * j), _mm256_loadu_ps(xp));
-                let t = _mm256_fmadd_ps(xs_group(&p, 2 * j + 1), _mm256_loadu_ps(xp.add(8)), t);
-                let db = _mm256_broadcast_ss(&p.db[j]);
-                acc[j & 1] = _mm256_fmadd_ps(t, db, acc[j & 1]);
+            // One accumulator per sub-block of a quad: constant indices keep
+            // them in registers.
+            for j4 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let j = 4 * j4 + h;
+                    let xp = xb.add(16 * j);
+                    let t = _mm256_mul_ps(xs_group(&p, 2 * j), _mm256_loadu_ps(xp));
+                    let t = _mm256_fmadd_ps(xs_group(&p, 2 * j + 1), _mm256_loadu_ps(xp.add(8)), t);
+                    *a = _mm256_fmadd_ps(t, _mm256_broadcast_ss(&p.db[j]), *a);
+                }
             }
         }
-        hsum8(_mm256_add_ps(acc[0], acc[1]))
+        hsum8(_mm256_add_ps(
+            _mm256_add_ps(acc[0], acc[1]),
+            _mm256_add_ps(acc[2], acc[3]),
+        ))
     }
 
     /// # Safety
@@ -508,7 +515,7 @@ mod x86 {
     unsafe fn k_iq2xs_avx512(data: &[u8], x: &[f32]) -> f32 {
         let nb = data.len() / IQ2XS_BYTES;
         assert_eq!(x.len(), nb * QK, "IQ2_XS dot: length mismatch");
-        let mut acc = [_mm512_setzero_ps(); 2];
+        let mut acc = [_mm512_setzero_ps(); 4];
         let mut p = XsPrep {
             grid: [0; 32],
             sign: [0; 32],
@@ -518,13 +525,17 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ2XS_BYTES);
             let xb = x.as_ptr().add(i * QK);
             xs_prep(b, &mut p);
-            for j in 0..16 {
-                let w = join(xs_group(&p, 2 * j), xs_group(&p, 2 * j + 1));
-                let w = _mm512_mul_ps(w, _mm512_set1_ps(p.db[j]));
-                acc[j & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb.add(16 * j)), acc[j & 1]);
+            for j4 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let j = 4 * j4 + h;
+                    let w = join(xs_group(&p, 2 * j), xs_group(&p, 2 * j + 1));
+                    let t = _mm512_mul_ps(w, _mm512_loadu_ps(xb.add(16 * j)));
+                    *a = _mm512_fmadd_ps(t, _mm512_set1_ps(p.db[j]), *a);
+                }
             }
         }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+        _mm512_reduce_add_ps(s)
     }
 
     /// # Safety
