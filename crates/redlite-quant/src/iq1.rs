@@ -157,19 +157,23 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1S_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let d = f16_ptr(b);
-            for ib in 0..8 {
-                let qh = rd16(b.add(34 + 2 * ib));
-                let (dl, delta) = iq1s_scale(d, qh);
-                let dv = _mm256_set1_ps(delta);
-                let qs = b.add(2 + 4 * ib);
-                let xp = xb.add(32 * ib);
-                let mut t = [_mm256_setzero_ps(); 2];
-                for l in 0..4 {
-                    let w = _mm256_add_ps(grid8(s_entry(qs, qh, l)), dv);
-                    t[l & 1] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t[l & 1]);
+            // Constant accumulator indices keep them in registers.
+            for ib2 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let ib = 2 * ib2 + h;
+                    let qh = rd16(b.add(34 + 2 * ib));
+                    let (dl, delta) = iq1s_scale(d, qh);
+                    let dv = _mm256_set1_ps(delta);
+                    let qs = b.add(2 + 4 * ib);
+                    let xp = xb.add(32 * ib);
+                    let mut t = [_mm256_setzero_ps(); 2];
+                    for l in 0..4 {
+                        let w = _mm256_add_ps(grid8(s_entry(qs, qh, l)), dv);
+                        t[l & 1] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(8 * l)), t[l & 1]);
+                    }
+                    let t = _mm256_add_ps(t[0], t[1]);
+                    *a = _mm256_fmadd_ps(t, _mm256_set1_ps(dl), *a);
                 }
-                let t = _mm256_add_ps(t[0], t[1]);
-                acc[ib & 1] = _mm256_fmadd_ps(t, _mm256_set1_ps(dl), acc[ib & 1]);
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -186,17 +190,21 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ1S_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let d = f16_ptr(b);
-            for ib in 0..8 {
-                let qh = rd16(b.add(34 + 2 * ib));
-                let (dl, delta) = iq1s_scale(d, qh);
-                let dv = _mm512_set1_ps(delta);
-                let qs = b.add(2 + 4 * ib);
-                let xp = xb.add(32 * ib);
-                let w0 = _mm512_add_ps(grid16(s_entry(qs, qh, 0), s_entry(qs, qh, 1)), dv);
-                let w1 = _mm512_add_ps(grid16(s_entry(qs, qh, 2), s_entry(qs, qh, 3)), dv);
-                let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
-                let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
-                acc[ib & 1] = _mm512_fmadd_ps(t, _mm512_set1_ps(dl), acc[ib & 1]);
+            // Constant accumulator indices keep them in registers.
+            for ib2 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let ib = 2 * ib2 + h;
+                    let qh = rd16(b.add(34 + 2 * ib));
+                    let (dl, delta) = iq1s_scale(d, qh);
+                    let dv = _mm512_set1_ps(delta);
+                    let qs = b.add(2 + 4 * ib);
+                    let xp = xb.add(32 * ib);
+                    let w0 = _mm512_add_ps(grid16(s_entry(qs, qh, 0), s_entry(qs, qh, 1)), dv);
+                    let w1 = _mm512_add_ps(grid16(s_entry(qs, qh, 2), s_entry(qs, qh, 3)), dv);
+                    let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
+                    let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
+                    *a = _mm512_fmadd_ps(t, _mm512_set1_ps(dl), *a);
+                }
             }
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))

@@ -387,16 +387,20 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ2XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let d = f16_ptr(b) * 0.25;
-            for ib in 0..8 {
-                let aux0 = rd32(b.add(2 + 8 * ib));
-                let aux1 = rd32(b.add(6 + 8 * ib));
-                let xp = xb.add(32 * ib);
-                let t0 = _mm256_mul_ps(xxs8(aux0, aux1, 0), _mm256_loadu_ps(xp));
-                let t1 = _mm256_mul_ps(xxs8(aux0, aux1, 1), _mm256_loadu_ps(xp.add(8)));
-                let t0 = _mm256_fmadd_ps(xxs8(aux0, aux1, 2), _mm256_loadu_ps(xp.add(16)), t0);
-                let t1 = _mm256_fmadd_ps(xxs8(aux0, aux1, 3), _mm256_loadu_ps(xp.add(24)), t1);
-                let db = _mm256_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
-                acc[ib & 1] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), db, acc[ib & 1]);
+            // Constant accumulator indices keep them in registers.
+            for ib2 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let ib = 2 * ib2 + h;
+                    let aux0 = rd32(b.add(2 + 8 * ib));
+                    let aux1 = rd32(b.add(6 + 8 * ib));
+                    let xp = xb.add(32 * ib);
+                    let t0 = _mm256_mul_ps(xxs8(aux0, aux1, 0), _mm256_loadu_ps(xp));
+                    let t1 = _mm256_mul_ps(xxs8(aux0, aux1, 1), _mm256_loadu_ps(xp.add(8)));
+                    let t0 = _mm256_fmadd_ps(xxs8(aux0, aux1, 2), _mm256_loadu_ps(xp.add(16)), t0);
+                    let t1 = _mm256_fmadd_ps(xxs8(aux0, aux1, 3), _mm256_loadu_ps(xp.add(24)), t1);
+                    let db = _mm256_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
+                    *a = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), db, *a);
+                }
             }
         }
         hsum8(_mm256_add_ps(acc[0], acc[1]))
@@ -413,16 +417,20 @@ mod x86 {
             let b = data.as_ptr().add(i * IQ2XXS_BYTES);
             let xb = x.as_ptr().add(i * QK);
             let d = f16_ptr(b) * 0.25;
-            for ib in 0..8 {
-                let aux0 = rd32(b.add(2 + 8 * ib));
-                let aux1 = rd32(b.add(6 + 8 * ib));
-                let xp = xb.add(32 * ib);
-                let w0 = join(xxs8(aux0, aux1, 0), xxs8(aux0, aux1, 1));
-                let w1 = join(xxs8(aux0, aux1, 2), xxs8(aux0, aux1, 3));
-                let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
-                let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
-                let db = _mm512_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
-                acc[ib & 1] = _mm512_fmadd_ps(t, db, acc[ib & 1]);
+            // Constant accumulator indices keep them in registers.
+            for ib2 in 0..4 {
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let ib = 2 * ib2 + h;
+                    let aux0 = rd32(b.add(2 + 8 * ib));
+                    let aux1 = rd32(b.add(6 + 8 * ib));
+                    let xp = xb.add(32 * ib);
+                    let w0 = join(xxs8(aux0, aux1, 0), xxs8(aux0, aux1, 1));
+                    let w1 = join(xxs8(aux0, aux1, 2), xxs8(aux0, aux1, 3));
+                    let t = _mm512_mul_ps(w0, _mm512_loadu_ps(xp));
+                    let t = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp.add(16)), t);
+                    let db = _mm512_set1_ps(d * (0.5 + (aux1 >> 28) as f32));
+                    *a = _mm512_fmadd_ps(t, db, *a);
+                }
             }
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
