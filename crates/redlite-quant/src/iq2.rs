@@ -692,39 +692,9 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod test_support {
     use crate::{detected_isa, GgmlType, Isa, TypeKernels};
+    use redlite_testkit::{fixtures_dir, python};
     use std::io::Write;
-    use std::path::PathBuf;
     use std::process::{Command, Stdio};
-
-    fn workspace_root() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-    }
-
-    /// The reference interpreter: `$REDLITE_PYTHON`, else the workspace venv, else `python3`.
-    pub fn python() -> PathBuf {
-        if let Some(p) = std::env::var_os("REDLITE_PYTHON") {
-            return PathBuf::from(p);
-        }
-        let venv = workspace_root().join(".venv/bin/python");
-        if venv.exists() {
-            return venv;
-        }
-        PathBuf::from("python3")
-    }
-
-    /// The fixtures directory: `$REDLITE_FIXTURES`, else `<workspace>/../shared/fixtures`.
-    pub fn fixtures_dir() -> PathBuf {
-        let dir = match std::env::var_os("REDLITE_FIXTURES") {
-            Some(d) => PathBuf::from(d),
-            None => workspace_root().join("../shared/fixtures"),
-        };
-        assert!(
-            dir.join("README.md").exists(),
-            "fixtures not found at {} (set REDLITE_FIXTURES)",
-            dir.display()
-        );
-        dir
-    }
 
     const DEQUANT_PY: &str = "\
 import sys
