@@ -249,21 +249,10 @@ pub(crate) fn hash_str(s: &str) -> u64 {
     h.write(s.as_bytes());
     h.finish()
 }
-/// Texts llama.cpp treats as end-of-generation / FIM tokens and forces to
-/// CONTROL whatever their stored type (`llama_vocab::impl::load`).
-const FORCED_CONTROL: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
+/// Texts llama.cpp forces to CONTROL whatever their stored type
+/// (`llama_vocab::impl::load`), besides the end-of-generation texts of
+/// [`EOG_TEXTS`], which it forces too: the FIM prefix / suffix / middle markers.
+const CONTROL_NOT_EOG: &[&str] = &[
     "<|end\u{2581}of\u{2581}sentence|>",
     "<|fim_prefix|>",
     "<fim-prefix>",
@@ -283,17 +272,6 @@ const FORCED_CONTROL: &[&str] = &[
     "<\u{ff5c}fim\u{2581}end\u{ff5c}>",
     "<MID>",
     "\u{2581}<MID>",
-    "<|fim_pad|>",
-    "<fim-pad>",
-    "<fim_pad>",
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-    "<|file_sep|>",
-    "<file_sep>",
-    "<file-sep>",
 ];
 
 /// Texts of end-of-generation tokens (llama.cpp's EOG set, besides eos/eot
@@ -422,7 +400,7 @@ impl Vocab {
             }
         }
         v.index = index;
-        for t in FORCED_CONTROL {
+        for t in EOG_TEXTS.iter().chain(CONTROL_NOT_EOG) {
             if let Some(id) = v.id_of_text(t) {
                 types[id as usize] = TokenType::Control;
             }
