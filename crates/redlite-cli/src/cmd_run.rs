@@ -74,7 +74,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let t_load = Instant::now();
     let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
-    let threads = backend_threads(args.threads);
+    let threads = backend.threads();
     let model = Model::load_with_backend(&args.model, Arc::new(backend))
         .with_context(|| format!("loading {}", args.model.display()))?;
     let tokenizer = Tokenizer::from_gguf(model.gguf())
@@ -173,12 +173,4 @@ pub fn run(args: Args) -> Result<()> {
         why
     );
     Ok(())
-}
-
-fn backend_threads(requested: Option<usize>) -> usize {
-    requested.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    })
 }
