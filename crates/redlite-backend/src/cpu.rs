@@ -76,51 +76,67 @@ fn matmul_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
         });
         return;
     }
-    let mut yt = vec![0f32; n_out * n_tok];
     if n_tok < SMALL_BATCH {
-        yt.par_chunks_mut(ROW_TILE * n_tok)
-            .enumerate()
-            .for_each(|(ci, ys)| {
-                for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
-                    let o = ci * ROW_TILE + r;
-                    for (t, yo) in yr.iter_mut().enumerate() {
-                        *yo = w.dot_row(o, &x[t * n_in..(t + 1) * n_in]);
-                    }
-                }
-            });
-    } else {
-        yt.par_chunks_mut(ROW_TILE * n_tok)
-            .enumerate()
-            .for_each(|(ci, ys)| {
-                let rows = ys.len() / n_tok;
-                let mut wf = vec![0f32; rows * n_in];
-                for r in 0..rows {
-                    w.dequant_row(ci * ROW_TILE + r, &mut wf[r * n_in..(r + 1) * n_in]);
-                }
-                let mut t0 = 0;
-                while t0 < n_tok {
-                    let t1 = (t0 + TOK_TILE).min(n_tok);
-                    let mut r = 0;
-                    while r + 4 <= rows {
-                        let w4 = &wf[r * n_in..(r + 4) * n_in];
-                        for t in t0..t1 {
-                            let d = dot4(w4, &x[t * n_in..(t + 1) * n_in]);
-                            for (k, dk) in d.iter().enumerate() {
-                                ys[(r + k) * n_tok + t] = *dk;
-                            }
-                        }
-                        r += 4;
-                    }
-                    for r in r..rows {
-                        let wr = &wf[r * n_in..(r + 1) * n_in];
-                        for t in t0..t1 {
-                            ys[r * n_tok + t] = dot(wr, &x[t * n_in..(t + 1) * n_in]);
-                        }
-                    }
-                    t0 = t1;
-                }
-            });
+        return matmul_rows_impl(w, x, n_tok, y);
     }
+    let mut yt = vec![0f32; n_out * n_tok];
+    yt.par_chunks_mut(ROW_TILE * n_tok)
+        .enumerate()
+        .for_each(|(ci, ys)| {
+            let rows = ys.len() / n_tok;
+            let mut wf = vec![0f32; rows * n_in];
+            for r in 0..rows {
+                w.dequant_row(ci * ROW_TILE + r, &mut wf[r * n_in..(r + 1) * n_in]);
+            }
+            let mut t0 = 0;
+            while t0 < n_tok {
+                let t1 = (t0 + TOK_TILE).min(n_tok);
+                let mut r = 0;
+                while r + 4 <= rows {
+                    let w4 = &wf[r * n_in..(r + 4) * n_in];
+                    for t in t0..t1 {
+                        let d = dot4(w4, &x[t * n_in..(t + 1) * n_in]);
+                        for (k, dk) in d.iter().enumerate() {
+                            ys[(r + k) * n_tok + t] = *dk;
+                        }
+                    }
+                    r += 4;
+                }
+                for r in r..rows {
+                    let wr = &wf[r * n_in..(r + 1) * n_in];
+                    for t in t0..t1 {
+                        ys[r * n_tok + t] = dot(wr, &x[t * n_in..(t + 1) * n_in]);
+                    }
+                }
+                t0 = t1;
+            }
+        });
+    transpose_into(&yt, n_out, n_tok, y);
+}
+
+/// Every output with the type's fused dot kernel, exactly as at batch 1;
+/// each weight row is read once for all tokens.
+fn matmul_rows_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    assert_eq!(x.len(), n_tok * n_in, "matmul_rows: activation size");
+    assert_eq!(y.len(), n_tok * n_out, "matmul_rows: output size");
+    if n_tok == 0 || n_out == 0 {
+        return;
+    }
+    if n_tok == 1 {
+        return matmul_impl(w, x, 1, y);
+    }
+    let mut yt = vec![0f32; n_out * n_tok];
+    yt.par_chunks_mut(ROW_TILE * n_tok)
+        .enumerate()
+        .for_each(|(ci, ys)| {
+            for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
+                let o = ci * ROW_TILE + r;
+                for (t, yo) in yr.iter_mut().enumerate() {
+                    *yo = w.dot_row(o, &x[t * n_in..(t + 1) * n_in]);
+                }
+            }
+        });
     transpose_into(&yt, n_out, n_tok, y);
 }
 
@@ -383,6 +399,10 @@ impl Backend for CpuBackend {
         self.pool.install(|| matmul_impl(w, x, n_tok, y))
     }
 
+    fn matmul_rows(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
+        self.pool.install(|| matmul_rows_impl(w, x, n_tok, y))
+    }
+
     fn rms_norm(&self, x: &mut [f32], dim: usize, w: Option<&[f32]>, eps: f32) {
         if x.len() >= 1 << 16 {
             self.pool
@@ -595,6 +615,32 @@ mod tests {
                             "{ty} T={t} ({tt},{o}): {got} vs {e}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matmul_rows_is_bit_identical_to_batch_one() {
+        let be = backend();
+        let (n_in, n_out) = (64, 53);
+        let mut r = Rng(5);
+        let wf = r.vec(n_in * n_out);
+        let bf = bf16_bytes(&wf);
+        let w = QMat::new(GgmlType::BF16, n_in, n_out, &bf).expect("qmat");
+        for &t in &[1usize, 2, 4, 7, 33] {
+            let x = r.vec(t * n_in);
+            let mut y = vec![0f32; t * n_out];
+            be.matmul_rows(&w, &x, t, &mut y);
+            for tt in 0..t {
+                let mut y1 = vec![0f32; n_out];
+                be.matmul(&w, &x[tt * n_in..(tt + 1) * n_in], 1, &mut y1);
+                for o in 0..n_out {
+                    assert_eq!(
+                        y[tt * n_out + o].to_bits(),
+                        y1[o].to_bits(),
+                        "T={t} ({tt},{o})"
+                    );
                 }
             }
         }

@@ -142,6 +142,12 @@ pub trait Backend: Send + Sync {
     /// `y` is `[n_tok, n_out]`. Weights are read once per batch.
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]);
 
+    /// The same product with every output computed exactly as at batch 1
+    /// (`y[t]` is bit-identical to `matmul(w, x[t], 1)`), each weight row
+    /// still read once for all tokens. Batched decode across sequences uses
+    /// it, so a sequence's arithmetic does not depend on its batch-mates.
+    fn matmul_rows(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]);
+
     /// In place: each row of `dim` values becomes `x / sqrt(mean(x²) + eps) ⊙ w`
     /// (`w = None`: no weight).
     fn rms_norm(&self, x: &mut [f32], dim: usize, w: Option<&[f32]>, eps: f32);

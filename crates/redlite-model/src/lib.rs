@@ -119,6 +119,18 @@ impl Model {
         self.forward_traced(state, tokens, all_logits, None)
     }
 
+    /// One decode step for several sequences at once: `tokens[i]` is fed to
+    /// `states[i]` and row `i` of the `[n, vocab]` result is its logits. Each
+    /// weight is read once for all sequences, and each row is bit-identical
+    /// to what [`Model::forward`] gives for that sequence alone.
+    pub fn forward_batch(
+        &self,
+        states: &mut [&mut State],
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, ModelError> {
+        qwen3next::forward_batch(self, states, tokens)
+    }
+
     /// [`Model::forward`], reporting named intermediates to `trace`.
     pub fn forward_traced(
         &self,

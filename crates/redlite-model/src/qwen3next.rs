@@ -62,6 +62,25 @@ impl State {
     pub fn pos(&self) -> usize {
         self.pos
     }
+
+    /// A copy of this state that evolves independently: a snapshot to
+    /// restore later (resuming from it gives the same logits as the original
+    /// sequence), or a fork of the sequence.
+    pub fn snapshot(&self) -> State {
+        self.clone()
+    }
+
+    /// Bytes held: conv and recurrent states plus the KV cache up to `pos`.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::DeltaNet { conv, ssm } => conv.len() + ssm.len(),
+                LayerState::Attention { k, v } => k.len() + v.len(),
+            })
+            .sum::<usize>()
+            * std::mem::size_of::<f32>()
+    }
 }
 
 /// Optional sink for named intermediates.
@@ -103,10 +122,41 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }
 
+/// How the tokens of one forward call map onto sequences: `lens[i]`
+/// consecutive tokens belong to sequence `i`. With several sequences every
+/// product is computed row by row exactly as at batch 1 (`matmul_rows`), so
+/// a sequence's arithmetic does not depend on its batch-mates.
+struct Segs<'a> {
+    lens: &'a [usize],
+    exact: bool,
+}
+
+impl Segs<'_> {
+    /// `(sequence, first token, token count)` for each sequence.
+    fn iter(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let mut start = 0;
+        self.lens.iter().enumerate().map(move |(i, &n)| {
+            let s = start;
+            start += n;
+            (i, s, n)
+        })
+    }
+}
+
 /// `Y = W·X` over a batch: `x` is `[t, n_in]`, the result `[t, n_out]`.
-fn linear(be: &dyn Backend, w: &redlite_backend::QMat<'_>, x: &[f32], t: usize) -> Vec<f32> {
+fn linear(
+    be: &dyn Backend,
+    w: &redlite_backend::QMat<'_>,
+    x: &[f32],
+    t: usize,
+    exact: bool,
+) -> Vec<f32> {
     let mut y = vec![0f32; t * w.n_out];
-    be.matmul(w, x, t, &mut y);
+    if exact {
+        be.matmul_rows(w, x, t, &mut y);
+    } else {
+        be.matmul(w, x, t, &mut y);
+    }
     y
 }
 
@@ -117,20 +167,66 @@ pub(crate) fn forward(
     all_logits: bool,
     trace: Option<&mut dyn Trace>,
 ) -> Result<Vec<f32>, ModelError> {
+    if tokens.is_empty() {
+        return Err(ModelError::Input("forward called with no tokens".into()));
+    }
+    forward_segments(
+        model,
+        &mut [state],
+        tokens,
+        &[tokens.len()],
+        all_logits,
+        trace,
+    )
+}
+
+/// One decode step for several sequences: `tokens[i]` is fed to `states[i]`.
+/// Returns `[n, vocab]` logits, each row bit-identical to what
+/// [`forward`] gives for that sequence alone.
+pub(crate) fn forward_batch(
+    model: &Model,
+    states: &mut [&mut State],
+    tokens: &[u32],
+) -> Result<Vec<f32>, ModelError> {
+    if tokens.is_empty() || tokens.len() != states.len() {
+        return Err(ModelError::Input(format!(
+            "batched decode needs one token per sequence ({} tokens, {} sequences)",
+            tokens.len(),
+            states.len()
+        )));
+    }
+    let lens = vec![1; tokens.len()];
+    forward_segments(model, states, tokens, &lens, false, None)
+}
+
+fn forward_segments(
+    model: &Model,
+    states: &mut [&mut State],
+    tokens: &[u32],
+    lens: &[usize],
+    all_logits: bool,
+    trace: Option<&mut dyn Trace>,
+) -> Result<Vec<f32>, ModelError> {
     let c = &model.config;
     let w = &model.weights;
     let f = &model.gguf;
     let be = model.backend.as_ref();
     let mut tr = Tr(trace);
-    if tokens.is_empty() {
+    let segs = Segs {
+        lens,
+        exact: lens.len() > 1,
+    };
+    if tokens.is_empty() || lens.iter().any(|&n| n == 0) {
         return Err(ModelError::Input("forward called with no tokens".into()));
     }
-    if state.layers.len() != c.n_layer {
-        return Err(ModelError::Input(format!(
-            "the state has {} layers but the model {}",
-            state.layers.len(),
-            c.n_layer
-        )));
+    for st in states.iter() {
+        if st.layers.len() != c.n_layer {
+            return Err(ModelError::Input(format!(
+                "the state has {} layers but the model {}",
+                st.layers.len(),
+                c.n_layer
+            )));
+        }
     }
     if let Some((index, &token)) = tokens
         .iter()
@@ -160,17 +256,27 @@ pub(crate) fn forward(
         let mut h = x.clone();
         be.rms_norm(&mut h, d, Some(&layer.attn_norm), eps);
         tr.put("attn_norm", Some(il), t, &h);
-        let m = match (&layer.mixer, &mut state.layers[il]) {
-            (Mixer::DeltaNet(dw), LayerState::DeltaNet { conv, ssm }) => {
-                deltanet(model, dw, conv, ssm, &h, t, il, &mut tr)?
+        let m = match &layer.mixer {
+            Mixer::DeltaNet(dw) => {
+                let mut ls = Vec::with_capacity(states.len());
+                for st in states.iter_mut() {
+                    match &mut st.layers[il] {
+                        LayerState::DeltaNet { conv, ssm } => ls.push((conv, ssm)),
+                        _ => return Err(wrong_kind(il)),
+                    }
+                }
+                deltanet(model, dw, &mut ls, &h, &segs, il, &mut tr)?
             }
-            (Mixer::Attention(aw), LayerState::Attention { k, v }) => {
-                attention(model, aw, k, v, state.pos, &h, t, il, &mut tr)?
-            }
-            _ => {
-                return Err(ModelError::Input(format!(
-                    "the state's layer {il} is of the wrong kind for this model"
-                )))
+            Mixer::Attention(aw) => {
+                let mut ls = Vec::with_capacity(states.len());
+                for st in states.iter_mut() {
+                    let pos = st.pos;
+                    match &mut st.layers[il] {
+                        LayerState::Attention { k, v } => ls.push((k, v, pos)),
+                        _ => return Err(wrong_kind(il)),
+                    }
+                }
+                attention(model, aw, &mut ls, &h, &segs, il, &mut tr)?
             }
         };
         add_into(&mut x, &m);
@@ -180,24 +286,37 @@ pub(crate) fn forward(
         let mut h2 = x.clone();
         be.rms_norm(&mut h2, d, Some(&layer.post_norm), eps);
         tr.put("attn_post_norm", Some(il), t, &h2);
-        let y = moe(model, &layer.moe, &h2, t, il, &mut tr)?;
+        let y = moe(model, &layer.moe, &h2, t, segs.exact, il, &mut tr)?;
         tr.put("ffn_out", Some(il), t, &y);
         add_into(&mut x, &y);
         tr.put("l_out", Some(il), t, &x);
     }
 
-    // Final norm and LM head (only the rows whose logits are wanted).
+    // Final norm and LM head (only the rows whose logits are wanted: all,
+    // or the last of each sequence).
     let (mut y, rows) = if all_logits {
         (x, t)
     } else {
-        (x[(t - 1) * d..].to_vec(), 1)
+        let mut y = Vec::with_capacity(lens.len() * d);
+        for (_, s, n) in segs.iter() {
+            y.extend_from_slice(&x[(s + n - 1) * d..(s + n) * d]);
+        }
+        (y, lens.len())
     };
     be.rms_norm(&mut y, d, Some(&w.output_norm), eps);
     tr.put("result_norm", None, rows, &y);
-    let logits = linear(be, &qmat(f, &w.output)?, &y, rows);
+    let logits = linear(be, &qmat(f, &w.output)?, &y, rows, segs.exact);
     tr.put("result_output", None, rows, &logits);
-    state.pos += t;
+    for (st, &n) in states.iter_mut().zip(lens) {
+        st.pos += n;
+    }
     Ok(logits)
+}
+
+fn wrong_kind(il: usize) -> ModelError {
+    ModelError::Input(format!(
+        "the state's layer {il} is of the wrong kind for this model"
+    ))
 }
 
 /// Gated DeltaNet over a batch of `t` tokens; returns `[t, D]`.
@@ -205,13 +324,14 @@ pub(crate) fn forward(
 fn deltanet(
     model: &Model,
     w: &DeltaNetW,
-    conv_state: &mut [f32],
-    ssm_state: &mut [f32],
+    states: &mut [(&mut Vec<f32>, &mut Vec<f32>)],
     h: &[f32],
-    t: usize,
+    segs: &Segs<'_>,
     il: usize,
     tr: &mut Tr<'_>,
 ) -> Result<Vec<f32>, ModelError> {
+    let t = h.len() / model.config.n_embd;
+    let ex = segs.exact;
     let c = &model.config;
     let f = &model.gguf;
     let be = model.backend.as_ref();
@@ -222,11 +342,11 @@ fn deltanet(
     let value_dim = c.value_dim();
 
     // Projections: qkv (pre-conv), z (output gate), b/a.
-    let qkv = linear(be, &qmat(f, &w.qkv)?, h, t);
+    let qkv = linear(be, &qmat(f, &w.qkv)?, h, t, ex);
     tr.put("linear_attn_qkv_mixed", Some(il), t, &qkv);
-    let z = linear(be, &qmat(f, &w.gate)?, h, t);
+    let z = linear(be, &qmat(f, &w.gate)?, h, t, ex);
     tr.put("z", Some(il), t, &z);
-    let ba = linear(be, &qmat(f, &w.ba)?, h, t);
+    let ba = linear(be, &qmat(f, &w.ba)?, h, t, ex);
 
     // β = sigmoid(b), g = ssm_a · softplus(a + dt_bias); ba is grouped per key head.
     let mut beta = vec![0f32; t * hv];
@@ -244,15 +364,17 @@ fn deltanet(
 
     // Causal conv (kernel K) + SiLU, carrying the last K−1 inputs.
     let mut u = vec![0f32; t * conv_dim];
-    be.ssm_conv_silu(
-        &qkv,
-        t,
-        conv_dim,
-        c.conv_kernel,
-        &w.conv,
-        conv_state,
-        &mut u,
-    );
+    for (i, s0, n) in segs.iter() {
+        be.ssm_conv_silu(
+            &qkv[s0 * conv_dim..(s0 + n) * conv_dim],
+            n,
+            conv_dim,
+            c.conv_kernel,
+            &w.conv,
+            states[i].0,
+            &mut u[s0 * conv_dim..(s0 + n) * conv_dim],
+        );
+    }
     tr.put("conv_output_silu", Some(il), t, &u);
 
     // Split q | k | v; L2-normalise q and k per key head; scale q by 1/sqrt(d_k).
@@ -273,23 +395,26 @@ fn deltanet(
     tr.put("v_conv_predelta", Some(il), t, &v);
 
     // Gated delta rule, one state per value head.
-    let inp = DeltaInputs {
-        q: &q,
-        k: &k,
-        v: &v,
-        beta: &beta,
-        g: &g,
-        n_tok: t,
-        h_k: hk,
-        h_v: hv,
-        d_k: dk,
-        d_v: dv,
-    };
     let mut o = vec![0f32; t * value_dim];
-    if t == 1 {
-        be.delta_rule_recurrent(&inp, ssm_state, &mut o);
-    } else {
-        be.delta_rule_chunked(&inp, ssm_state, &mut o);
+    for (i, s0, n) in segs.iter() {
+        let inp = DeltaInputs {
+            q: &q[s0 * key_dim..(s0 + n) * key_dim],
+            k: &k[s0 * key_dim..(s0 + n) * key_dim],
+            v: &v[s0 * value_dim..(s0 + n) * value_dim],
+            beta: &beta[s0 * hv..(s0 + n) * hv],
+            g: &g[s0 * hv..(s0 + n) * hv],
+            n_tok: n,
+            h_k: hk,
+            h_v: hv,
+            d_k: dk,
+            d_v: dv,
+        };
+        let out = &mut o[s0 * value_dim..(s0 + n) * value_dim];
+        if n == 1 {
+            be.delta_rule_recurrent(&inp, states[i].1, out);
+        } else {
+            be.delta_rule_chunked(&inp, states[i].1, out);
+        }
     }
     tr.put("attn_output", Some(il), t, &o);
 
@@ -298,7 +423,7 @@ fn deltanet(
     o.iter_mut().zip(&z).for_each(|(a, zz)| *a *= silu(*zz));
     tr.put("final_output", Some(il), t, &o);
 
-    let out = linear(be, &qmat(f, &w.out)?, &o, t);
+    let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
     tr.put("linear_attn_out", Some(il), t, &out);
     Ok(out)
 }
@@ -328,28 +453,47 @@ fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, theta: f32, pos: usize) {
     }
 }
 
+/// RoPE of token row `tt` of `q` `[t, n_head, hd]` and `k` `[t, n_head_kv, hd]` at `pos`.
+fn rope_token(q: &mut [f32], k: &mut [f32], tt: usize, pos: usize, c: &Config) {
+    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+    rope(
+        &mut q[tt * nh * hd..(tt + 1) * nh * hd],
+        hd,
+        c.n_rot,
+        c.rope_theta,
+        pos,
+    );
+    rope(
+        &mut k[tt * nkv * hd..(tt + 1) * nkv * hd],
+        hd,
+        c.n_rot,
+        c.rope_theta,
+        pos,
+    );
+}
+
 /// Gated full attention over a batch at positions `pos0..pos0+t`; returns `[t, D]`.
 #[allow(clippy::too_many_arguments)]
 fn attention(
     model: &Model,
     w: &AttnW,
-    k_cache: &mut Vec<f32>,
-    v_cache: &mut Vec<f32>,
-    pos0: usize,
+    caches: &mut [(&mut Vec<f32>, &mut Vec<f32>, usize)],
     h: &[f32],
-    t: usize,
+    segs: &Segs<'_>,
     il: usize,
     tr: &mut Tr<'_>,
 ) -> Result<Vec<f32>, ModelError> {
+    let t = h.len() / model.config.n_embd;
+    let ex = segs.exact;
     let c = &model.config;
     let f = &model.gguf;
     let be = model.backend.as_ref();
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
 
     // Query and output gate interleaved per head: [query hd | gate hd].
-    let qg = linear(be, &qmat(f, &w.q)?, h, t);
-    let mut k = linear(be, &qmat(f, &w.k)?, h, t);
-    let v = linear(be, &qmat(f, &w.v)?, h, t);
+    let qg = linear(be, &qmat(f, &w.q)?, h, t, ex);
+    let mut k = linear(be, &qmat(f, &w.k)?, h, t, ex);
+    let v = linear(be, &qmat(f, &w.v)?, h, t, ex);
     let mut q = vec![0f32; t * nh * hd];
     let mut gate = vec![0f32; t * nh * hd];
     for (i, blk) in qg.chunks(2 * hd).enumerate() {
@@ -362,51 +506,50 @@ fn attention(
     be.rms_norm(&mut k, hd, Some(&w.k_norm), c.rms_eps);
     tr.put("Qcur_normed", Some(il), t, &q);
     tr.put("Kcur_normed", Some(il), t, &k);
-    for tt in 0..t {
-        let pos = pos0 + tt;
-        rope(
-            &mut q[tt * nh * hd..(tt + 1) * nh * hd],
-            hd,
-            c.n_rot,
-            c.rope_theta,
-            pos,
-        );
-        rope(
-            &mut k[tt * nkv * hd..(tt + 1) * nkv * hd],
-            hd,
-            c.n_rot,
-            c.rope_theta,
-            pos,
-        );
+    for (i, s0, n) in segs.iter() {
+        for tt in s0..s0 + n {
+            let pos = caches[i].2 + (tt - s0);
+            rope_token(&mut q, &mut k, tt, pos, c);
+        }
     }
     tr.put("Qcur", Some(il), t, &q);
     tr.put("Kcur", Some(il), t, &k);
 
-    // Append to the KV cache and attend causally (GQA).
-    if k_cache.len() != pos0 * nkv * hd || v_cache.len() != pos0 * nkv * hd {
-        return Err(ModelError::Input(format!(
-            "layer {il}: KV cache holds {} positions but the state is at {pos0}",
-            k_cache.len() / (nkv * hd)
-        )));
-    }
-    k_cache.extend_from_slice(&k);
-    v_cache.extend_from_slice(&v);
-    let shape = AttnShape {
-        n_tok: t,
-        pos0,
-        n_head: nh,
-        n_head_kv: nkv,
-        head_dim: hd,
-        scale: 1.0 / (hd as f32).sqrt(),
-    };
+    // Append to the KV cache and attend causally (GQA), per sequence.
     let mut o = vec![0f32; t * nh * hd];
-    be.attention(&shape, &q, k_cache, v_cache, &mut o);
+    for (i, s0, n) in segs.iter() {
+        let (k_cache, v_cache, pos0) = &mut caches[i];
+        let pos0 = *pos0;
+        if k_cache.len() != pos0 * nkv * hd || v_cache.len() != pos0 * nkv * hd {
+            return Err(ModelError::Input(format!(
+                "layer {il}: KV cache holds {} positions but the state is at {pos0}",
+                k_cache.len() / (nkv * hd)
+            )));
+        }
+        k_cache.extend_from_slice(&k[s0 * nkv * hd..(s0 + n) * nkv * hd]);
+        v_cache.extend_from_slice(&v[s0 * nkv * hd..(s0 + n) * nkv * hd]);
+        let shape = AttnShape {
+            n_tok: n,
+            pos0,
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        be.attention(
+            &shape,
+            &q[s0 * nh * hd..(s0 + n) * nh * hd],
+            k_cache,
+            v_cache,
+            &mut o[s0 * nh * hd..(s0 + n) * nh * hd],
+        );
+    }
     tr.put("attn_pregate", Some(il), t, &o);
 
     // Sigmoid output gate, then the output projection.
     o.iter_mut().zip(&gate).for_each(|(a, g)| *a *= sigmoid(*g));
     tr.put("attn_gated", Some(il), t, &o);
-    let out = linear(be, &qmat(f, &w.out)?, &o, t);
+    let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
     tr.put("attn_out", Some(il), t, &out);
     Ok(out)
 }
@@ -417,6 +560,7 @@ fn moe(
     w: &MoeW,
     h: &[f32],
     t: usize,
+    ex: bool,
     il: usize,
     tr: &mut Tr<'_>,
 ) -> Result<Vec<f32>, ModelError> {
@@ -427,7 +571,7 @@ fn moe(
     let ne = c.n_expert;
 
     // Router: softmax over all experts, top-k, renormalise.
-    let logits = linear(be, &qmat(f, &w.router)?, h, t);
+    let logits = linear(be, &qmat(f, &w.router)?, h, t, ex);
     tr.put("ffn_moe_logits", Some(il), t, &logits);
     let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
     let mut probs = vec![0f64; ne];
@@ -463,8 +607,15 @@ fn moe(
         for (i, &(tt, _)) in toks.iter().enumerate() {
             xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
         }
-        let act = swiglu(be, &expert(f, &w.gate, e)?, &expert(f, &w.up, e)?, &xe, n);
-        let down = linear(be, &expert(f, &w.down, e)?, &act, n);
+        let act = swiglu(
+            be,
+            &expert(f, &w.gate, e)?,
+            &expert(f, &w.up, e)?,
+            &xe,
+            n,
+            ex,
+        );
+        let down = linear(be, &expert(f, &w.down, e)?, &act, n, ex);
         for (i, &(tt, wt)) in toks.iter().enumerate() {
             let yr = &mut y[tt * d..(tt + 1) * d];
             yr.iter_mut()
@@ -475,8 +626,8 @@ fn moe(
     tr.put("ffn_moe_out", Some(il), t, &y);
 
     // Shared expert with a sigmoid gate per token.
-    let act = swiglu(be, &qmat(f, &w.sh_gate)?, &qmat(f, &w.sh_up)?, h, t);
-    let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t);
+    let act = swiglu(be, &qmat(f, &w.sh_gate)?, &qmat(f, &w.sh_up)?, h, t, ex);
+    let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t, ex);
     for tt in 0..t {
         let hr = &h[tt * d..(tt + 1) * d];
         let gl: f32 = redlite_backend::simd::dot(hr, &w.sh_inp);
@@ -496,9 +647,10 @@ fn swiglu(
     up: &redlite_backend::QMat<'_>,
     x: &[f32],
     t: usize,
+    ex: bool,
 ) -> Vec<f32> {
-    let mut g = linear(be, gate, x, t);
-    let u = linear(be, up, x, t);
+    let mut g = linear(be, gate, x, t, ex);
+    let u = linear(be, up, x, t, ex);
     g.iter_mut().zip(&u).for_each(|(a, b)| *a = silu(*a) * b);
     g
 }

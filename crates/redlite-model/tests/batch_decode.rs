@@ -1,0 +1,113 @@
+//! Batched decode across sequences and state snapshots.
+//!
+//! Several sequences decoded in one forward pass must each get exactly the
+//! logits (bit for bit) they get alone, whatever their batch-mates; a state
+//! restored from a snapshot must continue exactly like the original.
+
+mod common;
+use common::*;
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy decode of `steps` tokens alone: the logits of every step.
+fn alone(model: &redlite_model::Model, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+    let mut st = model.new_state();
+    let mut logits = model.forward(&mut st, prompt, false).expect("prefill");
+    let mut out = vec![logits.clone()];
+    for _ in 0..steps {
+        let next = argmax(&logits);
+        logits = model.forward(&mut st, &[next], false).expect("decode");
+        out.push(logits.clone());
+    }
+    out
+}
+
+#[test]
+fn batched_decode_is_bit_identical_to_alone() {
+    let p = prompts();
+    let steps = 12;
+    for file in ["tiny-s-bf16.gguf", "tiny-s-CF2mix.gguf", "tiny-a-bf16.gguf"] {
+        let model = load(file);
+        let vocab = model.config().vocab_size;
+        let names = ["hello", "prose", "code", "unicode"];
+        let refs: Vec<Vec<Vec<f32>>> = names
+            .iter()
+            .map(|n| alone(&model, &prompt_ids(&p, n), steps))
+            .collect();
+        // Sequences of different lengths, one joining late, in one batch.
+        let mut states: Vec<_> = names.iter().map(|_| model.new_state()).collect();
+        let mut last: Vec<Vec<f32>> = Vec::new();
+        for (st, n) in states.iter_mut().zip(names) {
+            last.push(
+                model
+                    .forward(st, &prompt_ids(&p, n), false)
+                    .expect("prefill"),
+            );
+        }
+        for step in 0..steps {
+            // Sequence 3 sits out the first two steps: batch sizes 3 then 4.
+            let active: Vec<usize> = (0..names.len()).filter(|&i| i != 3 || step >= 2).collect();
+            let toks: Vec<u32> = active.iter().map(|&i| argmax(&last[i])).collect();
+            let mut refs_mut: Vec<&mut redlite_model::State> = Vec::new();
+            for (i, st) in states.iter_mut().enumerate() {
+                if active.contains(&i) {
+                    refs_mut.push(st);
+                }
+            }
+            let out = model.forward_batch(&mut refs_mut, &toks).expect("batch");
+            assert_eq!(out.len(), active.len() * vocab);
+            for (row, &i) in active.iter().enumerate() {
+                last[i] = out[row * vocab..(row + 1) * vocab].to_vec();
+            }
+            for &i in &active {
+                let k = if i == 3 { step - 1 } else { step + 1 };
+                let want = &refs[i][k];
+                let same = last[i]
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{file} {} step {step}: batched logits differ",
+                    names[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn snapshot_resumes_exactly() {
+    let p = prompts();
+    let model = load("tiny-s-Q4_K_M.gguf");
+    let prompt = prompt_ids(&p, "prose");
+    let (a, b) = prompt.split_at(prompt.len() / 2);
+    let mut st = model.new_state();
+    model.forward(&mut st, a, false).expect("first half");
+    let snap = st.snapshot();
+    assert_eq!(snap.pos(), a.len());
+    assert!(snap.bytes() > 0);
+    // The original goes on with other tokens: the snapshot is unaffected.
+    model.forward(&mut st, &[1, 2, 3], false).expect("diverge");
+    let mut resumed = snap.snapshot();
+    let got = model.forward(&mut resumed, b, true).expect("resume");
+    let mut fresh = model.new_state();
+    model.forward(&mut fresh, a, false).expect("fresh a");
+    let want = model.forward(&mut fresh, b, true).expect("fresh b");
+    assert_eq!(got.len(), want.len());
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    // And a bad batch is an error, not a panic.
+    let mut s1 = model.new_state();
+    assert!(model.forward_batch(&mut [&mut s1], &[]).is_err());
+}
