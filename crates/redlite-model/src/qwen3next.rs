@@ -216,7 +216,7 @@ fn forward_segments(
         lens,
         exact: lens.len() > 1,
     };
-    if tokens.is_empty() || lens.iter().any(|&n| n == 0) {
+    if tokens.is_empty() || lens.contains(&0) {
         return Err(ModelError::Input("forward called with no tokens".into()));
     }
     for st in states.iter() {
