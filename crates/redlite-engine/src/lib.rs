@@ -1,7 +1,15 @@
-//! Generation on top of the model: sampling, stop conditions, the decode loop.
+//! Generation on top of the model: sampling, stop conditions, the decode loop,
+//! and the batching scheduler with state snapshots that a server runs.
 
 pub mod generate;
 pub mod sampling;
+pub mod scheduler;
+pub mod state_cache;
 
 pub use generate::{generate, prefill, GenerateError, GenerateParams, Generation, StopReason};
 pub use sampling::{argmax, Sampler, SamplingParams};
+pub use scheduler::{
+    token_logprobs, Event, Finish, FinishReason, Request, Scheduler, SchedulerConfig,
+    SchedulerStats, Sink, TokenLogprobs,
+};
+pub use state_cache::{Restored, StateCache};

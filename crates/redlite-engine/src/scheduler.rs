@@ -1,0 +1,457 @@
+//! Continuous batching for a server: up to `parallel` sequences share every
+//! decode step, prompts are prefilled a chunk at a time between decode steps,
+//! and states are snapshotted into a [`StateCache`] so a request that extends
+//! an earlier one (an agent's next turn) only prefills its new tokens.
+//!
+//! The scheduler is synchronous and owns no thread: the server calls
+//! [`Scheduler::admit`] and [`Scheduler::step`] from its compute thread.
+//! Results go to each request's [`Sink`]; a sink that reports itself
+//! cancelled (or refuses an event) frees its slot at the next step.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use redlite_model::{Model, ModelError, State};
+
+use crate::sampling::{Sampler, SamplingParams};
+use crate::state_cache::StateCache;
+
+/// One generation request, already tokenized.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate (at least 1).
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Report the chosen token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Stop at end-of-generation tokens.
+    pub stop_at_eog: bool,
+}
+
+/// Log-probabilities of one generated token (natural log, of the model's
+/// untempered distribution).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The most likely tokens, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Why a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token was sampled (not reported as a token).
+    EndOfGeneration(u32),
+    /// `max_tokens` were generated.
+    Length,
+    /// The sink was cancelled or went away.
+    Cancelled,
+}
+
+/// The end of a request, with its counts and timings.
+#[derive(Clone, Debug)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Prompt tokens covered by a restored snapshot (not prefilled).
+    pub cached_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+}
+
+/// What a request's sink receives, in order: `Started`, then `Token`s, then
+/// one `Finished` (or `Error`).
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Admitted into a slot; `cached_tokens` of the prompt need no prefill.
+    Started {
+        prompt_tokens: usize,
+        cached_tokens: usize,
+    },
+    Token {
+        id: u32,
+        logprobs: Option<TokenLogprobs>,
+    },
+    Finished(Finish),
+    /// The model failed on this request (a bug or bad input that validation
+    /// missed); the request is over.
+    Error(String),
+}
+
+/// Where a request's events go.
+pub trait Sink: Send {
+    /// Deliver an event; `false` means nobody listens any more.
+    fn send(&mut self, event: Event) -> bool;
+    /// The client asked to stop (disconnected, or a stop string matched).
+    fn cancelled(&self) -> bool;
+}
+
+/// Scheduler settings.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Sequences decoded together.
+    pub parallel: usize,
+    /// Prompt tokens fed per forward call.
+    pub prefill_chunk: usize,
+    /// Snapshot a long prompt every this many tokens (0 = never).
+    pub checkpoint_interval: usize,
+    /// Byte budget of the snapshot store (0 = no reuse).
+    pub state_cache_bytes: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            parallel: 1,
+            prefill_chunk: 512,
+            checkpoint_interval: 4096,
+            state_cache_bytes: 4 << 30,
+        }
+    }
+}
+
+/// Running totals for metrics.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerStats {
+    pub prompt_tokens_evaluated: u64,
+    pub prompt_tokens_cached: u64,
+    pub generated_tokens: u64,
+    pub prefill_seconds: f64,
+    pub decode_seconds: f64,
+    pub decode_steps: u64,
+    pub snapshot_restores_hit: u64,
+    pub snapshot_restores_miss: u64,
+}
+
+enum Phase {
+    /// Prompt tokens `fed..` still to feed.
+    Prefill,
+    /// `logits` are the last fed token's; the next step samples from them.
+    Decode,
+}
+
+struct Slot {
+    sink: Box<dyn Sink>,
+    req: Request,
+    state: State,
+    sampler: Sampler,
+    /// Every token fed into `state`, in order.
+    fed: Vec<u32>,
+    logits: Vec<f32>,
+    phase: Phase,
+    cached: usize,
+    generated: usize,
+    prefill_seconds: f64,
+    decode_start: Option<Instant>,
+    admitted: u64,
+}
+
+/// The batching scheduler.
+pub struct Scheduler {
+    model: Arc<Model>,
+    eog: Vec<u32>,
+    cfg: SchedulerConfig,
+    cache: StateCache,
+    slots: Vec<Slot>,
+    admitted: u64,
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    /// `eog`: the end-of-generation token ids.
+    pub fn new(model: Arc<Model>, eog: Vec<u32>, cfg: SchedulerConfig) -> Scheduler {
+        let cache = StateCache::new(cfg.state_cache_bytes);
+        Scheduler {
+            model,
+            eog,
+            cfg,
+            cache,
+            slots: Vec::new(),
+            admitted: 0,
+            stats: SchedulerStats::default(),
+        }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Requests in slots (prefilling or decoding).
+    pub fn active(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn has_free_slot(&self) -> bool {
+        self.slots.len() < self.cfg.parallel.max(1)
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+
+    pub fn cache(&self) -> &StateCache {
+        &self.cache
+    }
+
+    /// Put a request into a free slot, resuming from the longest snapshot
+    /// that is a prefix of its prompt. The caller checks
+    /// [`Scheduler::has_free_slot`] first; without one the request is
+    /// refused with an `Error` event.
+    pub fn admit(&mut self, req: Request, mut sink: Box<dyn Sink>) {
+        if !self.has_free_slot() {
+            sink.send(Event::Error("no free slot".into()));
+            return;
+        }
+        if req.prompt.is_empty() {
+            sink.send(Event::Error("the prompt is empty".into()));
+            return;
+        }
+        if let Err(e) = req.sampling.validate() {
+            sink.send(Event::Error(format!("invalid sampling parameters: {e}")));
+            return;
+        }
+        let (state, fed, logits, cached) = match self.cache.restore(&req.prompt) {
+            Some(r) => {
+                self.stats.snapshot_restores_hit += 1;
+                let fed = req.prompt[..r.tokens].to_vec();
+                (r.state, fed, r.logits, r.tokens)
+            }
+            None => {
+                self.stats.snapshot_restores_miss += 1;
+                (self.model.new_state(), Vec::new(), Vec::new(), 0)
+            }
+        };
+        self.stats.prompt_tokens_cached += cached as u64;
+        let phase = if cached == req.prompt.len() {
+            Phase::Decode
+        } else {
+            Phase::Prefill
+        };
+        if !sink.send(Event::Started {
+            prompt_tokens: req.prompt.len(),
+            cached_tokens: cached,
+        }) {
+            return;
+        }
+        self.admitted += 1;
+        let sampler = Sampler::new(req.sampling.clone());
+        self.slots.push(Slot {
+            sink,
+            req,
+            state,
+            sampler,
+            fed,
+            logits,
+            phase,
+            cached,
+            generated: 0,
+            prefill_seconds: 0.0,
+            decode_start: None,
+            admitted: self.admitted,
+        });
+    }
+
+    /// One round of work: drop cancelled requests, feed one prefill chunk
+    /// (of the oldest prefilling request), then one decode step for every
+    /// decoding request together. Returns whether anything was done.
+    pub fn step(&mut self) -> bool {
+        let cancelled: Vec<(usize, Outcome)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.sink.cancelled())
+            .map(|(i, _)| (i, Outcome::Done(FinishReason::Cancelled)))
+            .collect();
+        let mut worked = !cancelled.is_empty();
+        self.finish_all(cancelled);
+        if let Some(i) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.phase, Phase::Prefill))
+            .min_by_key(|(_, s)| s.admitted)
+            .map(|(i, _)| i)
+        {
+            worked = true;
+            if let Err(e) = self.prefill_chunk(i) {
+                self.finish_all(vec![(i, Outcome::Error(e.to_string()))]);
+            }
+        }
+        if self.slots.iter().any(|s| matches!(s.phase, Phase::Decode)) {
+            worked = true;
+            self.decode_step();
+        }
+        worked
+    }
+
+    fn prefill_chunk(&mut self, i: usize) -> Result<(), ModelError> {
+        let chunk = self.cfg.prefill_chunk.max(1);
+        let interval = self.cfg.checkpoint_interval;
+        let s = &mut self.slots[i];
+        let start = s.fed.len();
+        let total = s.req.prompt.len();
+        let mut end = (start + chunk).min(total);
+        // End chunks on checkpoint boundaries so the snapshot lands there.
+        if interval > 0 {
+            let next_cp = (start / interval + 1) * interval;
+            if next_cp < end {
+                end = next_cp;
+            }
+        }
+        let t0 = Instant::now();
+        let piece = &s.req.prompt[start..end];
+        s.logits = self.model.forward(&mut s.state, piece, false)?;
+        s.fed.extend_from_slice(piece);
+        let dt = t0.elapsed().as_secs_f64();
+        s.prefill_seconds += dt;
+        self.stats.prefill_seconds += dt;
+        self.stats.prompt_tokens_evaluated += (end - start) as u64;
+        let at_checkpoint = interval > 0 && end % interval == 0;
+        if end == total || at_checkpoint {
+            // The end of the prompt is the start of the reply: the snapshot
+            // that makes tool-using agents' next turns cheap.
+            self.cache.insert(&s.fed, &s.state, &s.logits);
+        }
+        if end == total {
+            s.phase = Phase::Decode;
+        }
+        Ok(())
+    }
+
+    fn decode_step(&mut self) {
+        let t0 = Instant::now();
+        // Sample every decoding slot; collect the ones that go on.
+        let mut feed: Vec<(usize, u32)> = Vec::new();
+        let mut done: Vec<(usize, Outcome)> = Vec::new();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if !matches!(s.phase, Phase::Decode) {
+                continue;
+            }
+            if s.decode_start.is_none() {
+                s.decode_start = Some(Instant::now());
+            }
+            let next = s.sampler.sample(&s.logits);
+            if s.req.stop_at_eog && self.eog.contains(&next) {
+                done.push((i, Outcome::Done(FinishReason::EndOfGeneration(next))));
+                continue;
+            }
+            let logprobs = s.req.logprobs.map(|k| token_logprobs(&s.logits, next, k));
+            s.generated += 1;
+            self.stats.generated_tokens += 1;
+            if !s.sink.send(Event::Token { id: next, logprobs }) {
+                done.push((i, Outcome::Done(FinishReason::Cancelled)));
+                continue;
+            }
+            if s.generated >= s.req.max_tokens {
+                done.push((i, Outcome::Done(FinishReason::Length)));
+                continue;
+            }
+            feed.push((i, next));
+        }
+        if !feed.is_empty() {
+            let tokens: Vec<u32> = feed.iter().map(|&(_, t)| t).collect();
+            let result = {
+                let mut states: Vec<&mut State> = Vec::with_capacity(feed.len());
+                let mut k = 0;
+                for (i, s) in self.slots.iter_mut().enumerate() {
+                    if k < feed.len() && feed[k].0 == i {
+                        states.push(&mut s.state);
+                        k += 1;
+                    }
+                }
+                self.model.forward_batch(&mut states, &tokens)
+            };
+            match result {
+                Ok(logits) => {
+                    let vocab = logits.len() / feed.len();
+                    for (row, &(i, t)) in feed.iter().enumerate() {
+                        let s = &mut self.slots[i];
+                        s.fed.push(t);
+                        s.logits.clear();
+                        s.logits
+                            .extend_from_slice(&logits[row * vocab..(row + 1) * vocab]);
+                    }
+                    self.stats.decode_steps += 1;
+                }
+                Err(e) => {
+                    // Their states may have advanced partially: end them.
+                    let msg = e.to_string();
+                    done.extend(feed.iter().map(|&(i, _)| (i, Outcome::Error(msg.clone()))));
+                }
+            }
+        }
+        self.stats.decode_seconds += t0.elapsed().as_secs_f64();
+        self.finish_all(done);
+    }
+
+    /// End the slots at the given indices (all taken before any removal),
+    /// removing from the highest index down so the others stay valid.
+    fn finish_all(&mut self, mut done: Vec<(usize, Outcome)>) {
+        done.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (i, outcome) in done {
+            let mut s = self.slots.swap_remove(i);
+            let reason = match outcome {
+                Outcome::Error(msg) => {
+                    s.sink.send(Event::Error(msg));
+                    continue;
+                }
+                Outcome::Done(r) => r,
+            };
+            if reason != FinishReason::Cancelled {
+                // The end of the reply: the next turn starts with it.
+                self.cache.insert(&s.fed, &s.state, &s.logits);
+            }
+            let fin = Finish {
+                reason,
+                prompt_tokens: s.req.prompt.len(),
+                cached_tokens: s.cached,
+                generated_tokens: s.generated,
+                prefill_seconds: s.prefill_seconds,
+                decode_seconds: s
+                    .decode_start
+                    .map(|t| t.elapsed().as_secs_f64())
+                    .unwrap_or(0.0),
+            };
+            s.sink.send(Event::Finished(fin));
+        }
+    }
+}
+
+enum Outcome {
+    Done(FinishReason),
+    Error(String),
+}
+
+/// Log-softmax of `logits` at `chosen`, plus the `k` most likely tokens.
+pub fn token_logprobs(logits: &[f32], chosen: u32, k: usize) -> TokenLogprobs {
+    let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = m + logits
+        .iter()
+        .map(|&x| (x as f64 - m).exp())
+        .sum::<f64>()
+        .ln();
+    let lp = |t: u32| (logits[t as usize] as f64 - lse) as f32;
+    let mut top = Vec::new();
+    if k > 0 {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let k = k.min(idx.len());
+        idx.select_nth_unstable_by(k - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        top = idx.into_iter().map(|t| (t, lp(t))).collect();
+    }
+    TokenLogprobs {
+        logprob: lp(chosen),
+        top,
+    }
+}
