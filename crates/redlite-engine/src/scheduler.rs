@@ -294,8 +294,8 @@ impl Scheduler {
         let total = s.req.prompt.len();
         let mut end = (start + chunk).min(total);
         // End chunks on checkpoint boundaries so the snapshot lands there.
-        if interval > 0 {
-            let next_cp = (start / interval + 1) * interval;
+        if let Some(q) = start.checked_div(interval) {
+            let next_cp = (q + 1) * interval;
             if next_cp < end {
                 end = next_cp;
             }
@@ -308,7 +308,7 @@ impl Scheduler {
         s.prefill_seconds += dt;
         self.stats.prefill_seconds += dt;
         self.stats.prompt_tokens_evaluated += (end - start) as u64;
-        let at_checkpoint = interval > 0 && end % interval == 0;
+        let at_checkpoint = interval > 0 && end.is_multiple_of(interval);
         if end == total || at_checkpoint {
             // The end of the prompt is the start of the reply: the snapshot
             // that makes tool-using agents' next turns cheap.
@@ -389,7 +389,7 @@ impl Scheduler {
     /// End the slots at the given indices (all taken before any removal),
     /// removing from the highest index down so the others stay valid.
     fn finish_all(&mut self, mut done: Vec<(usize, Outcome)>) {
-        done.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        done.sort_unstable_by_key(|d| std::cmp::Reverse(d.0));
         for (i, outcome) in done {
             let mut s = self.slots.swap_remove(i);
             let reason = match outcome {
