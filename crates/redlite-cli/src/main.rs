@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 mod cmd_inspect;
 mod cmd_logits;
 mod cmd_run;
+mod cmd_serve;
+mod cmd_setup_pi;
 mod cmd_synth;
 mod cmd_tokenize;
 
@@ -32,6 +34,10 @@ enum Command {
     Run(cmd_run::Args),
     /// Write a model with random weights (for tests, demos and benchmarks).
     Synth(cmd_synth::Args),
+    /// Serve the model over HTTP: OpenAI chat/completions, Anthropic messages, state reuse across turns.
+    Serve(cmd_serve::Args),
+    /// Point the pi coding agent at `redlite serve` (merges a provider into pi's models.json).
+    SetupPi(cmd_setup_pi::Args),
 }
 
 fn main() {
@@ -42,6 +48,8 @@ fn main() {
         Command::Logits(a) => cmd_logits::run(a),
         Command::Run(a) => cmd_run::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
+        Command::SetupPi(a) => cmd_setup_pi::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

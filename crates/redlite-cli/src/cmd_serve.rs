@@ -1,0 +1,185 @@
+//! `redlite serve`: the OpenAI- and Anthropic-compatible server.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use redlite_backend::CpuBackend;
+use redlite_model::Model;
+use redlite_server::{AppState, ServerConfig};
+
+#[derive(clap::Args)]
+#[command(
+    after_long_help = "Example:\n  redlite serve Qwen3-Coder-Next-Q4_K_M.gguf --context 65536 --parallel 2\n  \
+then point a client at http://127.0.0.1:8080/v1 (see `redlite setup-pi` for pi).\n\n\
+Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /tokenize, /detokenize;\n\
+GET /v1/models, /health, /metrics."
+)]
+pub struct Args {
+    /// GGUF model file (for a split model, any of its shards).
+    pub model: PathBuf,
+    /// Address to listen on (loopback by default; 0.0.0.0 exposes the server to the network).
+    #[arg(long, default_value = "127.0.0.1", env = "REDLITE_HOST")]
+    pub host: IpAddr,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8080, env = "REDLITE_PORT")]
+    pub port: u16,
+    /// Context window per sequence in tokens (prompt + reply).
+    #[arg(
+        short = 'c',
+        long = "context",
+        alias = "ctx-size",
+        default_value_t = 65536,
+        env = "REDLITE_CONTEXT"
+    )]
+    pub context: usize,
+    /// Sequences decoded together in one forward pass (each keeps its own state).
+    #[arg(
+        long,
+        short = 'n',
+        alias = "np",
+        default_value_t = 1,
+        env = "REDLITE_PARALLEL"
+    )]
+    pub parallel: usize,
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
+    #[arg(long, env = "REDLITE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Memory for state snapshots reused across an agent's turns (e.g. 4GiB, 512MiB; 0 turns reuse off).
+    #[arg(long, default_value = "4GiB", value_parser = parse_size, env = "REDLITE_STATE_CACHE")]
+    pub state_cache: usize,
+    /// Snapshot long prompts every N tokens, so other requests sharing their start can resume there.
+    #[arg(long, default_value_t = 4096)]
+    pub checkpoint_every: usize,
+    /// Model id to report and accept (clients may send any id).
+    #[arg(long, default_value = "qwen3-coder-next", env = "REDLITE_ALIAS")]
+    pub alias: String,
+    /// Largest request body accepted (coding-agent histories are large).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub max_body: usize,
+    /// Worker threads (default: all cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Prompt tokens fed per forward pass.
+    #[arg(long, default_value_t = 512)]
+    pub batch: usize,
+}
+
+/// `4GiB`, `512MiB`, `100MB`, `1024`, `0`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 4GiB, 512MiB, 0)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1048576.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1073741824.0,
+        "t" | "tb" => 1e12,
+        "tib" => 1099511627776.0,
+        u => {
+            return Err(format!(
+                "'{s}': unknown unit '{u}' (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > usize::MAX as f64 {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(v as usize)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.context < 2 {
+        bail!("--context must be at least 2 tokens");
+    }
+    if args.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+
+    let t0 = Instant::now();
+    let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
+    let threads = backend.threads();
+    let model = Model::load_with_backend(&args.model, Arc::new(backend))
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    if args.context > model.config().context_length {
+        eprintln!(
+            "warning: --context {} is beyond the model's training context of {} tokens",
+            args.context,
+            model.config().context_length
+        );
+    }
+    let cfg = ServerConfig {
+        context: args.context,
+        parallel: args.parallel,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        state_cache_bytes: args.state_cache,
+        checkpoint_interval: args.checkpoint_every,
+        alias: args.alias,
+        max_body_bytes: args.max_body,
+        prefill_chunk: args.batch,
+    };
+    let state_per_slot = model.new_state().bytes();
+    let app = AppState::new(model, cfg.clone())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
+    eprintln!(
+        "loaded {} in {:.2}s ({} threads); context {} tokens, {} slot(s), recurrent state {:.1} MiB per slot, \
+         state cache {:.1} MiB{}",
+        args.model.display(),
+        t0.elapsed().as_secs_f64(),
+        threads,
+        cfg.context,
+        cfg.parallel,
+        state_per_slot as f64 / 1048576.0,
+        cfg.state_cache_bytes as f64 / 1048576.0,
+        if cfg.api_key.is_some() { ", API key required" } else { "" }
+    );
+    let addr = SocketAddr::new(args.host, args.port);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(redlite_server::serve(Arc::new(app), addr, |bound| {
+        eprintln!("listening on http://{bound}");
+    }))
+    .with_context(|| format!("serving on {addr}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("10kib"), Ok(10240));
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("GiB").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+}

@@ -1,0 +1,501 @@
+//! `POST /v1/messages` (Anthropic Messages), so Claude-Code-style clients
+//! need no proxy. The request is translated into the chat form the template
+//! renders; the reply comes from the same pipeline as chat completions.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::Response;
+use axum::Json;
+use redlite_engine::{Request, TokenLogprobs};
+use redlite_tokenizer::toolcall::{Delta, ParserOptions};
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::fields::*;
+use crate::openai::{render_chat, sampling, ChatPrompt, ToolChoice};
+use crate::pipeline::ChatOutput;
+use crate::run::{respond, End, EndReason, Format};
+use crate::{body_bytes, new_id, App};
+
+/// Text of a `content` that is a string or an array of text blocks.
+fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(blocks) => {
+            let mut parts = Vec::new();
+            for b in blocks {
+                match b.get("type").and_then(Value::as_str) {
+                    Some("text") => parts.push(
+                        b.get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                    ),
+                    Some("image") | Some("document") => {
+                        return Err(ApiError::invalid(format!(
+                            "{what}: image and document blocks are not supported (text-only model)"
+                        )))
+                    }
+                    _ => {
+                        return Err(ApiError::invalid(format!(
+                            "{what}: expected text blocks, got {b}"
+                        )))
+                    }
+                }
+            }
+            Ok(parts.join("\n"))
+        }
+        other => Err(ApiError::invalid(format!(
+            "{what}: content must be a string or an array of blocks, got {}",
+            kind(other)
+        ))),
+    }
+}
+
+/// Anthropic messages → OpenAI-style messages for the chat template.
+pub fn to_chat_messages(o: &Obj) -> Result<Vec<Value>, ApiError> {
+    let mut out = Vec::new();
+    if let Some(sys) = o.get("system").filter(|v| !v.is_null()) {
+        let s = text_of(sys, "system")?;
+        if !s.is_empty() {
+            out.push(json!({"role": "system", "content": s}));
+        }
+    }
+    let msgs = opt_array(o, "messages")?
+        .ok_or_else(|| ApiError::param("messages", "'messages' is required"))?;
+    if msgs.is_empty() {
+        return Err(ApiError::param("messages", "'messages' must not be empty"));
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        let what = format!("messages[{i}]");
+        let Value::Object(m) = m else {
+            return Err(ApiError::invalid(format!("{what}: expected an object")));
+        };
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        let content = m.get("content").cloned().unwrap_or(Value::Null);
+        match (role, &content) {
+            ("user" | "assistant", Value::String(s)) => {
+                out.push(json!({"role": role, "content": s}));
+            }
+            ("user", Value::Array(blocks)) => {
+                let mut text = Vec::new();
+                for b in blocks {
+                    match b.get("type").and_then(Value::as_str) {
+                        Some("tool_result") => {
+                            let id = b
+                                .get("tool_use_id")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default();
+                            let c = text_of(
+                                b.get("content").unwrap_or(&Value::Null),
+                                &format!("{what} tool_result"),
+                            )?;
+                            out.push(json!({"role": "tool", "tool_call_id": id, "content": c}));
+                        }
+                        _ => text.push(text_of(&Value::Array(vec![b.clone()]), &what)?),
+                    }
+                }
+                if !text.is_empty() {
+                    out.push(json!({"role": "user", "content": text.join("\n")}));
+                }
+            }
+            ("assistant", Value::Array(blocks)) => {
+                let mut text = Vec::new();
+                let mut reasoning = Vec::new();
+                let mut calls = Vec::new();
+                for b in blocks {
+                    match b.get("type").and_then(Value::as_str) {
+                        Some("text") => text.push(
+                            b.get("text")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                        ),
+                        Some("thinking") => reasoning.push(
+                            b.get("thinking")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                        ),
+                        Some("redacted_thinking") => {}
+                        Some("tool_use") => {
+                            let input = b.get("input").cloned().unwrap_or(json!({}));
+                            calls.push(json!({
+                                "id": b.get("id").and_then(Value::as_str).unwrap_or_default(),
+                                "type": "function",
+                                "function": {
+                                    "name": b.get("name").and_then(Value::as_str).unwrap_or_default(),
+                                    "arguments": input.to_string(),
+                                }
+                            }));
+                        }
+                        _ => {
+                            return Err(ApiError::invalid(format!(
+                                "{what}: unsupported assistant block {b}"
+                            )))
+                        }
+                    }
+                }
+                let mut msg = Map::new();
+                msg.insert("role".into(), json!("assistant"));
+                msg.insert(
+                    "content".into(),
+                    if text.is_empty() && !calls.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(text.join("\n"))
+                    },
+                );
+                if !reasoning.is_empty() {
+                    msg.insert("reasoning_content".into(), json!(reasoning.join("\n")));
+                }
+                if !calls.is_empty() {
+                    msg.insert("tool_calls".into(), Value::Array(calls));
+                }
+                out.push(Value::Object(msg));
+            }
+            ("user" | "assistant", other) => {
+                return Err(ApiError::invalid(format!(
+                    "{what}: content must be a string or an array of blocks, got {}",
+                    kind(other)
+                )))
+            }
+            (r, _) => {
+                return Err(ApiError::invalid(format!(
+                    "{what}: role must be 'user' or 'assistant', got '{r}'"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Anthropic tools → OpenAI function tools.
+fn to_chat_tools(o: &Obj) -> Result<Vec<Value>, ApiError> {
+    let Some(tools) = opt_array(o, "tools")? else {
+        return Ok(Vec::new());
+    };
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let bad =
+                |m: &str| ApiError::param("tools", format!("invalid tool schema: tools[{i}]: {m}"));
+            let Value::Object(t) = t else {
+                return Err(bad("expected an object"));
+            };
+            if let Some(ty) = t.get("type").and_then(Value::as_str) {
+                if ty != "custom" {
+                    return Err(bad(&format!("server tool type '{ty}' is not supported")));
+                }
+            }
+            let name = match t.get("name") {
+                Some(Value::String(n)) if !n.is_empty() && n.len() <= 256 => n.clone(),
+                _ => return Err(bad("'name' must be a non-empty string")),
+            };
+            let schema = match t.get("input_schema") {
+                Some(Value::Object(s)) => Value::Object(s.clone()),
+                _ => return Err(bad("'input_schema' must be a JSON Schema object")),
+            };
+            let mut f = Map::new();
+            f.insert("name".into(), json!(name));
+            if let Some(d) = t.get("description") {
+                f.insert("description".into(), d.clone());
+            }
+            f.insert("parameters".into(), schema);
+            Ok(json!({"type": "function", "function": f}))
+        })
+        .collect()
+}
+
+fn to_tool_choice(o: &Obj, tools: &[Value]) -> Result<ToolChoice, ApiError> {
+    let Some(tc) = opt_object(o, "tool_choice")? else {
+        return Ok(ToolChoice::Auto);
+    };
+    let c = match tc.get("type").and_then(Value::as_str) {
+        Some("auto") | None => ToolChoice::Auto,
+        Some("none") => ToolChoice::None,
+        Some("any") => ToolChoice::Required,
+        Some("tool") => ToolChoice::Named(
+            tc.get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::param("tool_choice", "tool_choice 'tool' needs 'name'"))?
+                .to_string(),
+        ),
+        Some(t) => {
+            return Err(ApiError::param(
+                "tool_choice",
+                format!("unknown tool_choice type '{t}'"),
+            ))
+        }
+    };
+    let known = |n: &str| {
+        tools
+            .iter()
+            .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n))
+    };
+    match &c {
+        ToolChoice::Required if tools.is_empty() => Err(ApiError::param(
+            "tool_choice",
+            "tool_choice 'any' needs tools",
+        )),
+        ToolChoice::Named(n) if !known(n) => Err(ApiError::param(
+            "tool_choice",
+            format!("tool_choice names '{n}', which is not among the tools"),
+        )),
+        _ => Ok(c),
+    }
+}
+
+fn prepare(app: &App, o: &Obj) -> Result<(ChatPrompt, Vec<Value>, ToolChoice), ApiError> {
+    let messages = to_chat_messages(o)?;
+    let tools = to_chat_tools(o)?;
+    let choice = to_tool_choice(o, &tools)?;
+    let prompt = render_chat(app, &messages, &tools, &choice, &Map::new())?;
+    Ok((prompt, tools, choice))
+}
+
+/// An open content block of the streamed message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    None,
+    Text,
+    Thinking,
+    Tool(usize),
+}
+
+struct MessagesFormat {
+    app: App,
+    id: String,
+    model: String,
+    out: ChatOutput,
+    prompt_tokens: usize,
+    open: Block,
+    index: usize,
+}
+
+fn ev(name: &str, data: Value) -> SseEvent {
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+impl MessagesFormat {
+    fn close(&mut self, evs: &mut Vec<SseEvent>) {
+        if self.open != Block::None {
+            evs.push(ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": self.index}),
+            ));
+            self.index += 1;
+            self.open = Block::None;
+        }
+    }
+
+    fn events(&mut self, ds: Vec<Delta>) -> Vec<SseEvent> {
+        let mut evs = Vec::new();
+        for d in ds {
+            match d {
+                Delta::Content(t) => {
+                    if self.open != Block::Text {
+                        self.close(&mut evs);
+                        evs.push(ev(
+                            "content_block_start",
+                            json!({"type": "content_block_start",
+                            "index": self.index, "content_block": {"type": "text", "text": ""}}),
+                        ));
+                        self.open = Block::Text;
+                    }
+                    evs.push(ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta",
+                        "index": self.index, "delta": {"type": "text_delta", "text": t}}),
+                    ));
+                }
+                Delta::Reasoning(t) => {
+                    if self.open != Block::Thinking {
+                        self.close(&mut evs);
+                        evs.push(ev("content_block_start", json!({"type": "content_block_start",
+                            "index": self.index, "content_block": {"type": "thinking", "thinking": ""}})));
+                        self.open = Block::Thinking;
+                    }
+                    evs.push(ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta",
+                        "index": self.index, "delta": {"type": "thinking_delta", "thinking": t}}),
+                    ));
+                }
+                Delta::ToolCallStart { index, id, name } => {
+                    self.close(&mut evs);
+                    evs.push(ev("content_block_start", json!({"type": "content_block_start",
+                        "index": self.index,
+                        "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})));
+                    self.open = Block::Tool(index);
+                }
+                Delta::ToolCallArguments { fragment, .. } => {
+                    evs.push(ev(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta",
+                        "index": self.index,
+                        "delta": {"type": "input_json_delta", "partial_json": fragment}}),
+                    ));
+                }
+            }
+        }
+        evs
+    }
+
+    fn stop_reason(&self, end: &End) -> (&'static str, Option<String>) {
+        match &end.reason {
+            EndReason::Length => ("max_tokens", None),
+            EndReason::StopString(s) => ("stop_sequence", Some(s.clone())),
+            EndReason::EndOfTurn if !self.out.message().tool_calls.is_empty() => ("tool_use", None),
+            EndReason::EndOfTurn => ("end_turn", None),
+        }
+    }
+
+    fn usage(end: &End) -> Value {
+        json!({
+            "input_tokens": end.prompt_tokens - end.cached_tokens,
+            "output_tokens": end.generated_tokens,
+            "cache_read_input_tokens": end.cached_tokens,
+            "cache_creation_input_tokens": 0,
+        })
+    }
+}
+
+impl Format for MessagesFormat {
+    fn head(&mut self) -> Vec<SseEvent> {
+        vec![
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0,
+                          "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}}),
+            ),
+            ev("ping", json!({"type": "ping"})),
+        ]
+    }
+
+    fn token(&mut self, id: u32, _lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+        let ds = self.out.push(&self.app.tokenizer, id);
+        if stream {
+            self.events(ds)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn stopped(&self) -> Option<String> {
+        self.out.matched().map(str::to_string)
+    }
+
+    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+        let ds = self.out.finish();
+        let mut evs = self.events(ds);
+        self.close(&mut evs);
+        let (reason, seq) = self.stop_reason(end);
+        evs.push(ev(
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": seq},
+            "usage": Self::usage(end)}),
+        ));
+        evs.push(ev("message_stop", json!({"type": "message_stop"})));
+        evs
+    }
+
+    fn body(&mut self, end: &End) -> Value {
+        self.out.finish();
+        let m = self.out.message();
+        let mut content = Vec::new();
+        if !m.reasoning_content.is_empty() {
+            content.push(
+                json!({"type": "thinking", "thinking": m.reasoning_content, "signature": ""}),
+            );
+        }
+        if !m.content.is_empty() {
+            content.push(json!({"type": "text", "text": m.content}));
+        }
+        for c in &m.tool_calls {
+            let input: Value = serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+            content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+        }
+        let (reason, seq) = self.stop_reason(end);
+        json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": content, "stop_reason": reason, "stop_sequence": seq,
+            "usage": Self::usage(end),
+        })
+    }
+
+    fn error_event(&self, msg: &str) -> SseEvent {
+        ev(
+            "error",
+            ApiError::internal(msg.to_string()).anthropic().body(),
+        )
+    }
+
+    fn reason_name(&self, end: &End) -> String {
+        self.stop_reason(end).0.to_string()
+    }
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    inner(app, body).await.map_err(ApiError::anthropic)
+}
+
+async fn inner(app: App, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let max_tokens = opt_usize(&o, "max_tokens")?
+        .ok_or_else(|| ApiError::param("max_tokens", "'max_tokens' is required"))?;
+    let (prompt, tools, choice) = prepare(&app, &o)?;
+    let sampling = sampling(&o, &app)?;
+    let stream = opt_bool(&o, "stream")?.unwrap_or(false);
+    let stops = stop_strings(&o, "stop_sequences")?;
+    let max_tokens = app.budget(prompt.ids.len(), Some(max_tokens), "max_tokens")?;
+    let id = new_id("msg_");
+    let opts = ParserOptions {
+        parse_tool_calls: choice != ToolChoice::None,
+        id_prefix: Some(format!("toolu_{}_", &id[4..16])),
+        ..ParserOptions::for_prompt(&prompt.text)
+    };
+    let out = ChatOutput::new(&tools, opts, stops, &prompt.forced);
+    let fmt = MessagesFormat {
+        app: app.clone(),
+        id: id.clone(),
+        model: app.cfg.alias.clone(),
+        out,
+        prompt_tokens: prompt.ids.len(),
+        open: Block::None,
+        index: 0,
+    };
+    let req = Request {
+        prompt: prompt.ids,
+        max_tokens,
+        sampling,
+        logprobs: None,
+        stop_at_eog: true,
+    };
+    respond(app, id, req, fmt, stream).await
+}
+
+/// `POST /v1/messages/count_tokens`.
+pub async fn count_tokens(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let run = || -> Result<Json<Value>, ApiError> {
+        let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+        let (prompt, _, _) = prepare(&app, &o)?;
+        Ok(Json(json!({"input_tokens": prompt.ids.len()})))
+    };
+    run().map_err(ApiError::anthropic)
+}

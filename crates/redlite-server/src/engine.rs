@@ -1,0 +1,133 @@
+//! The compute thread: owns the [`Scheduler`], takes jobs from the async
+//! handlers over a channel, and streams their events back. Model compute
+//! never runs on the async runtime.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+
+use redlite_engine::{Event, Request, Scheduler, SchedulerStats, Sink};
+use tokio::sync::mpsc;
+
+/// What the metrics endpoint reads about the engine.
+#[derive(Clone, Debug, Default)]
+pub struct EngineStatus {
+    pub stats: SchedulerStats,
+    pub running: usize,
+    pub waiting: usize,
+    pub snapshots: usize,
+    pub snapshot_bytes: usize,
+}
+
+struct Job {
+    req: Request,
+    sink: ChannelSink,
+}
+
+/// A request's sink: an unbounded channel to its handler plus a cancel flag
+/// (set by the handler, e.g. when a stop string matched). A handler that
+/// goes away (the client disconnected) closes the channel, which cancels too.
+struct ChannelSink {
+    tx: mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Sink for ChannelSink {
+    fn send(&mut self, event: Event) -> bool {
+        self.tx.send(event).is_ok()
+    }
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.tx.is_closed()
+    }
+}
+
+/// The handlers' side of the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    jobs: std_mpsc::Sender<Job>,
+    status: Arc<Mutex<EngineStatus>>,
+}
+
+/// A submitted request: its events, and the switch that stops it.
+pub struct Submitted {
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl Drop for Submitted {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+impl EngineHandle {
+    /// Start the compute thread around `scheduler`.
+    pub fn spawn(scheduler: Scheduler) -> std::io::Result<EngineHandle> {
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        let status = Arc::new(Mutex::new(EngineStatus::default()));
+        let st = status.clone();
+        std::thread::Builder::new()
+            .name("redlite-engine".into())
+            .spawn(move || run(scheduler, rx, st))?;
+        Ok(EngineHandle { jobs: tx, status })
+    }
+
+    /// Queue a request (first come, first served).
+    pub fn submit(&self, req: Request) -> Result<Submitted, String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let sink = ChannelSink {
+            tx,
+            cancel: cancel.clone(),
+        };
+        self.jobs
+            .send(Job { req, sink })
+            .map_err(|_| "the engine thread has stopped".to_string())?;
+        if let Ok(mut s) = self.status.lock() {
+            s.waiting += 1;
+        }
+        Ok(Submitted { events: rx, cancel })
+    }
+
+    pub fn status(&self) -> EngineStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+fn run(mut sched: Scheduler, rx: std_mpsc::Receiver<Job>, status: Arc<Mutex<EngineStatus>>) {
+    let mut queue: VecDeque<Job> = VecDeque::new();
+    loop {
+        // Take what has arrived; block only when there is nothing to do.
+        if sched.active() == 0 && queue.is_empty() {
+            match rx.recv() {
+                Ok(j) => queue.push_back(j),
+                Err(_) => return,
+            }
+        }
+        while let Ok(j) = rx.try_recv() {
+            queue.push_back(j);
+        }
+        // Requests whose client left while queued never start.
+        queue.retain(|j| !j.sink.cancelled());
+        while sched.has_free_slot() {
+            match queue.pop_front() {
+                Some(j) => sched.admit(j.req, Box::new(j.sink)),
+                None => break,
+            }
+        }
+        publish(&sched, queue.len(), &status);
+        sched.step();
+        publish(&sched, queue.len(), &status);
+    }
+}
+
+fn publish(sched: &Scheduler, waiting: usize, status: &Mutex<EngineStatus>) {
+    if let Ok(mut s) = status.lock() {
+        s.stats = sched.stats().clone();
+        s.running = sched.active();
+        s.waiting = waiting;
+        s.snapshots = sched.cache().len();
+        s.snapshot_bytes = sched.cache().bytes();
+    }
+}

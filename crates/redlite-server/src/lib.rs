@@ -1,0 +1,341 @@
+//! `redlite serve`: an OpenAI- and Anthropic-compatible HTTP server for coding
+//! agents, on tokio + axum.
+//!
+//! ```text
+//! client ──HTTP──▶ axum handler: validate, render the chat template, tokenize
+//!                      │ Request (token ids)            ▲ Events (token ids)
+//!                      ▼                                │
+//!                  compute thread: Scheduler (slots, batched decode, snapshots)
+//! handler: tokens → text → stop strings → tool-call parser → JSON / SSE chunks
+//! ```
+//!
+//! Model compute runs on its own thread ([`engine`]), never on the async
+//! runtime. A request resumes from the longest state snapshot whose tokens
+//! are a prefix of its prompt (see `redlite_engine::state_cache`), so an
+//! agent's next turn only prefills its new tokens.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use redlite_engine::{SamplingParams, Scheduler, SchedulerConfig};
+use redlite_model::Model;
+use redlite_tokenizer::template::ChatTemplate;
+use redlite_tokenizer::Tokenizer;
+use tower_http::cors::{Any, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::trace::TraceLayer;
+
+pub mod anthropic;
+pub mod engine;
+pub mod error;
+pub mod fields;
+pub mod metrics;
+pub mod misc;
+pub mod openai;
+pub mod pi;
+pub mod pipeline;
+pub mod run;
+
+pub use engine::EngineHandle;
+pub use error::{ApiError, Flavor};
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Context window per sequence, in tokens (prompt + reply).
+    pub context: usize,
+    /// Sequences decoded together.
+    pub parallel: usize,
+    /// Bearer key clients must send (none: no check).
+    pub api_key: Option<String>,
+    /// Byte budget of the state-snapshot store (0 = no reuse).
+    pub state_cache_bytes: usize,
+    /// Snapshot long prompts every this many tokens.
+    pub checkpoint_interval: usize,
+    /// The model id reported and echoed back.
+    pub alias: String,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Prompt tokens fed per forward pass.
+    pub prefill_chunk: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            context: 65536,
+            parallel: 1,
+            api_key: None,
+            state_cache_bytes: 4 << 30,
+            checkpoint_interval: 4096,
+            alias: "qwen3-coder-next".into(),
+            max_body_bytes: 64 << 20,
+            prefill_chunk: 512,
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub cfg: ServerConfig,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    pub engine: EngineHandle,
+    pub metrics: metrics::Metrics,
+    /// Sampling used when a request gives none (the GGUF's
+    /// `general.sampling.*`, else the model card's).
+    pub default_sampling: SamplingParams,
+    pub n_ctx_train: usize,
+    pub n_vocab: usize,
+    pub n_params: u64,
+    pub model_bytes: u64,
+    pub created: u64,
+    pub backend: String,
+}
+
+pub type App = Arc<AppState>;
+
+impl AppState {
+    /// Load everything around `model` and start the compute thread.
+    pub fn new(model: Model, cfg: ServerConfig) -> Result<AppState, String> {
+        let tokenizer = Tokenizer::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
+        let template = ChatTemplate::from_gguf(model.gguf()).map_err(|e| e.to_string())?;
+        let default_sampling = default_sampling(model.gguf());
+        let n_ctx_train = model.config().context_length;
+        let n_vocab = model.config().vocab_size;
+        let model_bytes = model.gguf().file_bytes();
+        let n_params = model
+            .gguf()
+            .tensors
+            .iter()
+            .map(|t| t.n_elements())
+            .sum::<u64>();
+        let backend = model.backend().name();
+        let eog = tokenizer.eog_ids().to_vec();
+        let sched = Scheduler::new(
+            Arc::new(model),
+            eog,
+            SchedulerConfig {
+                parallel: cfg.parallel.max(1),
+                prefill_chunk: cfg.prefill_chunk.max(1),
+                checkpoint_interval: cfg.checkpoint_interval,
+                state_cache_bytes: cfg.state_cache_bytes,
+            },
+        );
+        let engine =
+            EngineHandle::spawn(sched).map_err(|e| format!("starting the engine thread: {e}"))?;
+        Ok(AppState {
+            cfg,
+            tokenizer: Arc::new(tokenizer),
+            template,
+            engine,
+            metrics: metrics::Metrics::default(),
+            default_sampling,
+            n_ctx_train,
+            n_vocab,
+            n_params,
+            model_bytes,
+            created: now(),
+            backend,
+        })
+    }
+
+    /// Check a prompt against the context and turn a requested reply length
+    /// into the effective one.
+    pub fn budget(
+        &self,
+        prompt_len: usize,
+        max_tokens: Option<usize>,
+        param: &str,
+    ) -> Result<usize, ApiError> {
+        let ctx = self.cfg.context;
+        if prompt_len == 0 {
+            return Err(ApiError::invalid(
+                "the prompt is empty: at least one token is needed",
+            ));
+        }
+        if prompt_len >= ctx {
+            return Err(ApiError::context(prompt_len + 1, ctx));
+        }
+        if let Some(m) = max_tokens {
+            if m == 0 {
+                return Err(ApiError::param(
+                    param,
+                    format!("'{param}' must be at least 1"),
+                ));
+            }
+            if m > ctx {
+                return Err(ApiError::param(
+                    param,
+                    format!(
+                        "'{param}' is {m}, beyond the context size of {ctx} tokens \
+                         (the server's --context)"
+                    ),
+                ));
+            }
+        }
+        let room = ctx - prompt_len;
+        Ok(max_tokens.map_or(room, |m| m.min(room)))
+    }
+}
+
+/// `general.sampling.*` from the file, else Qwen3-Coder's recommended
+/// settings (temperature 0.7, top-p 0.8, top-k 20).
+fn default_sampling(g: &redlite_gguf::GgufFile) -> SamplingParams {
+    let f = |k: &str| g.get_f64(k).ok().flatten();
+    let u = |k: &str| g.get_u64(k).ok().flatten();
+    SamplingParams {
+        temperature: f("general.sampling.temp").unwrap_or(0.7) as f32,
+        top_k: u("general.sampling.top_k").unwrap_or(20) as usize,
+        top_p: f("general.sampling.top_p").unwrap_or(0.8) as f32,
+        min_p: f("general.sampling.min_p").unwrap_or(0.0) as f32,
+        seed: None,
+    }
+}
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A random id with a prefix (`chatcmpl-…`, `msg_…`).
+pub fn new_id(prefix: &str) -> String {
+    use rand::Rng;
+    let n: u128 = rand::thread_rng().gen();
+    format!("{prefix}{:024x}", n & ((1u128 << 96) - 1))
+}
+
+/// The body as bytes, with axum's rejections turned into API errors.
+pub fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(limit)
+        } else {
+            ApiError::invalid(format!("reading the request body: {}", r.body_text()))
+        }
+    })
+}
+
+/// Every route, with its layers.
+pub fn router(app: App) -> Router {
+    let limit = app.cfg.max_body_bytes;
+    let api = Router::new()
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/chat/completions", post(openai::chat))
+        .route("/v1/completions", post(openai::completions))
+        .route("/completions", post(openai::completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/tokenize", post(misc::tokenize))
+        .route("/detokenize", post(misc::detokenize))
+        .route("/metrics", get(metrics::metrics))
+        .layer(middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .route("/health", get(misc::health))
+        .route("/v1/health", get(misc::health))
+        .route("/v1/models", get(misc::models))
+        .route("/models", get(misc::models))
+        .merge(api)
+        .fallback(misc::not_found)
+        .layer(middleware::from_fn_with_state(app.clone(), metrics::count))
+        .layer(middleware::map_response(json_413))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(
+            CorsLayer::new()
+                .allow_origin(Any)
+                .allow_methods(Any)
+                .allow_headers(Any),
+        )
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}
+
+/// The body-limit layer answers in plain text; clients expect the JSON
+/// error shape.
+async fn json_413(r: Response) -> Response {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE
+        && !r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"))
+    {
+        return ApiError::too_large(0).into_response_with_limit();
+    }
+    r
+}
+
+impl ApiError {
+    fn into_response_with_limit(mut self) -> Response {
+        self.message = "the request body is larger than the server's limit".into();
+        self.into_response()
+    }
+}
+
+/// `--api-key`: `Authorization: Bearer <key>` or `x-api-key: <key>`.
+async fn auth(
+    State(app): State<App>,
+    headers: HeaderMap,
+    req: HttpRequest,
+    next: Next,
+) -> Response {
+    if let Some(key) = &app.cfg.api_key {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        let ok = [bearer, x_key]
+            .iter()
+            .flatten()
+            .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()));
+        if !ok {
+            let flavor = if req.uri().path().starts_with("/v1/messages") {
+                Flavor::Anthropic
+            } else {
+                Flavor::OpenAi
+            };
+            return ApiError::unauthorized().with_flavor(flavor).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Bind `addr` and serve until Ctrl-C. `on_bound` gets the bound address
+/// (useful with port 0).
+pub async fn serve(
+    app: App,
+    addr: SocketAddr,
+    on_bound: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    on_bound(listener.local_addr()?);
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}

@@ -1,0 +1,198 @@
+//! `GET /metrics` in the Prometheus text format, and per-request counters.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::App;
+
+/// Counters the handlers update (the engine's own totals come from its
+/// status).
+#[derive(Default)]
+pub struct Metrics {
+    /// (endpoint, status) → finished HTTP requests.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Largest context (prompt + reply) seen.
+    pub context_max: AtomicU64,
+    /// Requests whose generation finished, by finish reason.
+    finished: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Metrics {
+    pub fn finished(&self, reason: &str) {
+        if let Ok(mut m) = self.finished.lock() {
+            *m.entry(reason.to_string()).or_default() += 1;
+        }
+    }
+
+    pub fn context_seen(&self, n: usize) {
+        self.context_max.fetch_max(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Middleware counting finished requests by route and status.
+pub async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "other".into());
+    let r = next.run(req).await;
+    if let Ok(mut m) = app.metrics.requests.lock() {
+        *m.entry((endpoint, r.status().as_u16())).or_default() += 1;
+    }
+    r
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
+    let st = app.engine.status();
+    let s = &st.stats;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# HELP redlite_build_info What is running.\n# TYPE redlite_build_info gauge\nredlite_build_info{{version=\"{}\",backend=\"{}\",model=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        esc(&app.backend),
+        esc(&app.cfg.alias)
+    );
+    let mut g = |name: &str, kind: &str, help: &str, v: String| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    };
+    g(
+        "redlite_prompt_tokens_total",
+        "counter",
+        "Prompt tokens evaluated (prefill work done).",
+        s.prompt_tokens_evaluated.to_string(),
+    );
+    g(
+        "redlite_prompt_tokens_cached_total",
+        "counter",
+        "Prompt tokens skipped thanks to state reuse.",
+        s.prompt_tokens_cached.to_string(),
+    );
+    g(
+        "redlite_generation_tokens_total",
+        "counter",
+        "Tokens generated.",
+        s.generated_tokens.to_string(),
+    );
+    g(
+        "redlite_prefill_seconds_total",
+        "counter",
+        "Compute time spent in prefill.",
+        format!("{:.6}", s.prefill_seconds),
+    );
+    g(
+        "redlite_decode_seconds_total",
+        "counter",
+        "Compute time spent in decode steps.",
+        format!("{:.6}", s.decode_seconds),
+    );
+    g(
+        "redlite_decode_steps_total",
+        "counter",
+        "Batched decode steps run.",
+        s.decode_steps.to_string(),
+    );
+    let rate = |n: u64, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
+    g(
+        "redlite_prompt_tokens_per_second",
+        "gauge",
+        "Average prefill speed since start.",
+        format!("{:.3}", rate(s.prompt_tokens_evaluated, s.prefill_seconds)),
+    );
+    g(
+        "redlite_generation_tokens_per_second",
+        "gauge",
+        "Average decode speed since start (all sequences together).",
+        format!("{:.3}", rate(s.generated_tokens, s.decode_seconds)),
+    );
+    g(
+        "redlite_requests_running",
+        "gauge",
+        "Requests in a slot.",
+        st.running.to_string(),
+    );
+    g(
+        "redlite_requests_waiting",
+        "gauge",
+        "Requests queued for a slot.",
+        st.waiting.to_string(),
+    );
+    g(
+        "redlite_slots_total",
+        "gauge",
+        "Sequences decoded together (--parallel).",
+        app.cfg.parallel.to_string(),
+    );
+    g(
+        "redlite_state_snapshots",
+        "gauge",
+        "State snapshots held for reuse.",
+        st.snapshots.to_string(),
+    );
+    g(
+        "redlite_state_snapshot_bytes",
+        "gauge",
+        "Bytes held by state snapshots.",
+        st.snapshot_bytes.to_string(),
+    );
+    g(
+        "redlite_state_cache_budget_bytes",
+        "gauge",
+        "Byte budget of the state-snapshot store (--state-cache).",
+        app.cfg.state_cache_bytes.to_string(),
+    );
+    g(
+        "redlite_context_tokens_max",
+        "gauge",
+        "Largest context (prompt + reply) seen.",
+        app.metrics.context_max.load(Ordering::Relaxed).to_string(),
+    );
+    let _ = writeln!(
+        o,
+        "# HELP redlite_state_restores_total Requests that resumed from a snapshot (hit) or started fresh (miss).\n# TYPE redlite_state_restores_total counter\nredlite_state_restores_total{{result=\"hit\"}} {}\nredlite_state_restores_total{{result=\"miss\"}} {}",
+        s.snapshot_restores_hit, s.snapshot_restores_miss
+    );
+    let _ = writeln!(
+        o,
+        "# HELP redlite_requests_total Finished HTTP requests.\n# TYPE redlite_requests_total counter"
+    );
+    if let Ok(m) = app.metrics.requests.lock() {
+        for ((ep, status), n) in m.iter() {
+            let _ = writeln!(
+                o,
+                "redlite_requests_total{{endpoint=\"{}\",status=\"{status}\"}} {n}",
+                esc(ep)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP redlite_generations_total Finished generations by finish reason.\n# TYPE redlite_generations_total counter"
+    );
+    if let Ok(m) = app.metrics.finished.lock() {
+        for (reason, n) in m.iter() {
+            let _ = writeln!(
+                o,
+                "redlite_generations_total{{reason=\"{}\"}} {n}",
+                esc(reason)
+            );
+        }
+    }
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        o,
+    )
+}

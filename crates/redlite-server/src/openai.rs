@@ -1,0 +1,641 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::Response;
+use redlite_engine::{Request, SamplingParams, TokenLogprobs};
+use redlite_tokenizer::toolcall::{Delta, ParserOptions};
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::fields::*;
+use crate::pipeline::{ChatOutput, TextOutput};
+use crate::run::{chat_logprob_entry, respond, token_text, End, EndReason, Format};
+use crate::{body_bytes, new_id, App};
+
+/// Sampling fields shared by every endpoint (`temperature`, `top_p`,
+/// `top_k`, `min_p`, `seed`), over the server's defaults.
+pub fn sampling(o: &Obj, app: &App) -> Result<SamplingParams, ApiError> {
+    let mut s = app.default_sampling.clone();
+    if let Some(t) = opt_f64(o, "temperature")? {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::param(
+                "temperature",
+                format!("'temperature' must be between 0 and 2, got {t}"),
+            ));
+        }
+        s.temperature = t as f32;
+    }
+    if let Some(p) = opt_f64(o, "top_p")? {
+        s.top_p = p as f32;
+    }
+    if let Some(k) = opt_usize(o, "top_k")? {
+        s.top_k = k;
+    }
+    if let Some(m) = opt_f64(o, "min_p")? {
+        s.min_p = m as f32;
+    }
+    if let Some(seed) = opt_i64(o, "seed")? {
+        s.seed = Some(seed as u64);
+    }
+    s.validate().map_err(ApiError::invalid)?;
+    Ok(s)
+}
+
+/// `n` must be 1; `response_format` must be text.
+fn single_text_choice(o: &Obj) -> Result<(), ApiError> {
+    if let Some(n) = opt_usize(o, "n")? {
+        if n != 1 {
+            return Err(ApiError::param("n", "only n = 1 is supported"));
+        }
+    }
+    if let Some(rf) = opt_object(o, "response_format")? {
+        match rf.get("type").and_then(Value::as_str) {
+            None | Some("text") => {}
+            Some(t) => {
+                return Err(ApiError::param(
+                    "response_format",
+                    format!("response_format type '{t}' is not supported (constrained decoding is not available); use 'text'"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validate `tools` (OpenAI function tools) and return them.
+pub fn tools(o: &Obj) -> Result<Vec<Value>, ApiError> {
+    let Some(arr) = opt_array(o, "tools")? else {
+        return Ok(Vec::new());
+    };
+    for (i, t) in arr.iter().enumerate() {
+        let bad =
+            |m: &str| ApiError::param("tools", format!("invalid tool schema: tools[{i}]: {m}"));
+        let Value::Object(t) = t else {
+            return Err(bad("expected an object"));
+        };
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some(other) => {
+                return Err(bad(&format!(
+                    "type '{other}' is not supported (only 'function')"
+                )))
+            }
+            None => return Err(bad("missing 'type': 'function'")),
+        }
+        let Some(Value::Object(f)) = t.get("function") else {
+            return Err(bad("'function' must be an object"));
+        };
+        match f.get("name") {
+            Some(Value::String(n)) if !n.is_empty() && n.len() <= 256 => {}
+            _ => return Err(bad("'function.name' must be a non-empty string")),
+        }
+        match f.get("parameters") {
+            None | Some(Value::Null) | Some(Value::Object(_)) => {}
+            Some(_) => return Err(bad("'function.parameters' must be a JSON Schema object")),
+        }
+    }
+    Ok(arr.clone())
+}
+
+/// What `tool_choice` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+impl ToolChoice {
+    /// Text the reply is forced to start with: `required` and a named tool
+    /// open the call in the prompt so the model continues it.
+    pub fn forced_prefix(&self) -> String {
+        match self {
+            ToolChoice::Required => "<tool_call>\n<function=".into(),
+            ToolChoice::Named(n) => format!("<tool_call>\n<function={n}>\n"),
+            _ => String::new(),
+        }
+    }
+}
+
+fn tool_choice(o: &Obj, tools: &[Value]) -> Result<ToolChoice, ApiError> {
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    let tc = match o.get("tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => return Err(ApiError::param(
+                "tool_choice",
+                format!(
+                    "'tool_choice' must be auto, none, required or a named function, got '{other}'"
+                ),
+            )),
+        },
+        Some(Value::Object(m)) => {
+            let name = m
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .or_else(|| m.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ApiError::param("tool_choice", "a named 'tool_choice' needs function.name")
+                })?;
+            ToolChoice::Named(name.to_string())
+        }
+        Some(v) => {
+            return Err(ApiError::param(
+                "tool_choice",
+                format!(
+                    "'tool_choice' must be a string or an object, got {}",
+                    kind(v)
+                ),
+            ))
+        }
+    };
+    match &tc {
+        ToolChoice::Required if tools.is_empty() => Err(ApiError::param(
+            "tool_choice",
+            "'tool_choice' is 'required' but no tools are given",
+        )),
+        ToolChoice::Named(n) if !names.contains(&n.as_str()) => Err(ApiError::param(
+            "tool_choice",
+            format!("'tool_choice' names '{n}', which is not among the tools"),
+        )),
+        _ => Ok(tc),
+    }
+}
+
+/// `logprobs` / `top_logprobs` of chat.
+fn chat_logprobs(o: &Obj) -> Result<Option<usize>, ApiError> {
+    let on = opt_bool(o, "logprobs")?.unwrap_or(false);
+    let top = opt_usize(o, "top_logprobs")?;
+    if let Some(k) = top {
+        if k > 20 {
+            return Err(ApiError::param(
+                "top_logprobs",
+                "'top_logprobs' must be at most 20",
+            ));
+        }
+        if !on {
+            return Err(ApiError::param(
+                "top_logprobs",
+                "'top_logprobs' needs 'logprobs': true",
+            ));
+        }
+    }
+    Ok(on.then_some(top.unwrap_or(0)))
+}
+
+/// Render a chat request's prompt and tokenize it.
+pub struct ChatPrompt {
+    pub text: String,
+    pub ids: Vec<u32>,
+    pub forced: String,
+}
+
+pub fn render_chat(
+    app: &App,
+    messages: &[Value],
+    tools: &[Value],
+    choice: &ToolChoice,
+    kwargs: &Map<String, Value>,
+) -> Result<ChatPrompt, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::param("messages", "'messages' must not be empty"));
+    }
+    let tools_arg = (!tools.is_empty()).then_some(tools);
+    let mut text = app
+        .template
+        .render(messages, tools_arg, true, kwargs)
+        .map_err(|e| ApiError::param("messages", e.to_string()))?;
+    let forced = choice.forced_prefix();
+    text.push_str(&forced);
+    let tok = &app.tokenizer;
+    let ids = tok.tokenize(&text, tok.add_bos(), true);
+    Ok(ChatPrompt { text, ids, forced })
+}
+
+/// Usage in OpenAI's shape.
+pub fn usage(end: &End) -> Value {
+    json!({
+        "prompt_tokens": end.prompt_tokens,
+        "completion_tokens": end.generated_tokens,
+        "total_tokens": end.prompt_tokens + end.generated_tokens,
+        "prompt_tokens_details": {"cached_tokens": end.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    })
+}
+
+struct ChatFormat {
+    app: App,
+    id: String,
+    created: u64,
+    model: String,
+    out: ChatOutput,
+    include_usage: bool,
+    logprobs: bool,
+    /// Logprob entries not yet sent (streaming) / all of them.
+    lp: Vec<Value>,
+}
+
+impl ChatFormat {
+    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> SseEvent {
+        let mut choice =
+            json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish});
+        if self.logprobs && !self.lp.is_empty() {
+            choice["logprobs"] = json!({"content": std::mem::take(&mut self.lp)});
+        }
+        let mut c = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": fingerprint(&self.app),
+            "choices": [choice],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        SseEvent::default().data(c.to_string())
+    }
+
+    fn deltas(&mut self, ds: Vec<Delta>) -> Vec<SseEvent> {
+        ds.iter().map(|d| self.chunk(d.to_openai(), None)).collect()
+    }
+
+    fn finish_reason(&self, end: &End) -> &'static str {
+        match end.reason {
+            EndReason::Length => "length",
+            _ if !self.out.message().tool_calls.is_empty() => "tool_calls",
+            _ => "stop",
+        }
+    }
+}
+
+/// `redlite-<version>-<backend>`: which build answered.
+fn fingerprint(app: &App) -> String {
+    let backend = app.backend.split_whitespace().next().unwrap_or("cpu");
+    format!("redlite-{}-{backend}", env!("CARGO_PKG_VERSION"))
+}
+
+impl Format for ChatFormat {
+    fn head(&mut self) -> Vec<SseEvent> {
+        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+    }
+
+    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+        if let Some(lp) = lp {
+            self.lp.push(chat_logprob_entry(&self.app, id, lp));
+        }
+        let ds = self.out.push(&self.app.tokenizer, id);
+        if stream {
+            self.deltas(ds)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn stopped(&self) -> Option<String> {
+        self.out.matched().map(str::to_string)
+    }
+
+    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+        let ds = self.out.finish();
+        let mut ev = self.deltas(ds);
+        let fr = self.finish_reason(end);
+        ev.push(self.chunk(json!({}), Some(fr)));
+        if self.include_usage {
+            let c = json!({
+                "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "system_fingerprint": fingerprint(&self.app),
+                "choices": [], "usage": usage(end), "timings": end.timings(),
+            });
+            ev.push(SseEvent::default().data(c.to_string()));
+        }
+        ev.push(SseEvent::default().data("[DONE]"));
+        ev
+    }
+
+    fn body(&mut self, end: &End) -> Value {
+        self.out.finish();
+        let mut message = self.out.message().to_openai();
+        if let Value::Object(m) = &mut message {
+            m.insert("role".into(), json!("assistant"));
+        }
+        let logprobs = if self.logprobs {
+            json!({"content": std::mem::take(&mut self.lp)})
+        } else {
+            Value::Null
+        };
+        json!({
+            "id": self.id, "object": "chat.completion", "created": self.created,
+            "model": self.model, "system_fingerprint": fingerprint(&self.app),
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs,
+                         "finish_reason": self.finish_reason(end)}],
+            "usage": usage(end), "timings": end.timings(),
+        })
+    }
+
+    fn error_event(&self, msg: &str) -> SseEvent {
+        let e = ApiError::internal(msg.to_string());
+        SseEvent::default().data(e.body().to_string())
+    }
+
+    fn reason_name(&self, end: &End) -> String {
+        self.finish_reason(end).to_string()
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let messages = opt_array(&o, "messages")?
+        .ok_or_else(|| ApiError::param("messages", "'messages' is required"))?;
+    let tools = tools(&o)?;
+    let choice = tool_choice(&o, &tools)?;
+    single_text_choice(&o)?;
+    let sampling = sampling(&o, &app)?;
+    let logprobs = chat_logprobs(&o)?;
+    let stream = opt_bool(&o, "stream")?.unwrap_or(false);
+    let include_usage = match opt_object(&o, "stream_options")? {
+        Some(so) => opt_bool(so, "include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    let stops = stop_strings(&o, "stop")?;
+    let max_req = match opt_usize(&o, "max_completion_tokens")? {
+        Some(m) => Some((m, "max_completion_tokens")),
+        None => opt_usize(&o, "max_tokens")?.map(|m| (m, "max_tokens")),
+    };
+    let kwargs = opt_object(&o, "chat_template_kwargs")?
+        .cloned()
+        .unwrap_or_default();
+    let prompt = render_chat(&app, messages, &tools, &choice, &kwargs)?;
+    let max_tokens = app.budget(
+        prompt.ids.len(),
+        max_req.map(|m| m.0),
+        max_req.map_or("max_tokens", |m| m.1),
+    )?;
+    let opts = ParserOptions {
+        parse_tool_calls: choice != ToolChoice::None,
+        ..ParserOptions::for_prompt(&prompt.text)
+    };
+    let out = ChatOutput::new(&tools, opts, stops, &prompt.forced);
+    let id = new_id("chatcmpl-");
+    let fmt = ChatFormat {
+        app: app.clone(),
+        id: id.clone(),
+        created: crate::now(),
+        model: app.cfg.alias.clone(),
+        out,
+        include_usage,
+        logprobs: logprobs.is_some(),
+        lp: Vec::new(),
+    };
+    let req = Request {
+        prompt: prompt.ids,
+        max_tokens,
+        sampling,
+        logprobs,
+        stop_at_eog: true,
+    };
+    respond(app, id, req, fmt, stream).await
+}
+
+struct TextFormat {
+    app: App,
+    id: String,
+    created: u64,
+    model: String,
+    out: TextOutput,
+    text: String,
+    echo: String,
+    include_usage: bool,
+    logprobs: bool,
+    /// Legacy logprobs: tokens, token_logprobs, top_logprobs, text_offset.
+    lp: (Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>),
+    offset: usize,
+}
+
+impl TextFormat {
+    /// The legacy logprobs object of the tokens not yet reported.
+    fn lp_json(&mut self) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        let lp = std::mem::take(&mut self.lp);
+        json!({"tokens": lp.0, "token_logprobs": lp.1, "top_logprobs": lp.2, "text_offset": lp.3})
+    }
+
+    fn chunk(&mut self, text: &str, finish: Option<&str>) -> SseEvent {
+        let lp = self.lp_json();
+        let mut c = json!({
+            "id": self.id, "object": "text_completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        SseEvent::default().data(c.to_string())
+    }
+
+    fn finish_reason(end: &End) -> &'static str {
+        match end.reason {
+            EndReason::Length => "length",
+            _ => "stop",
+        }
+    }
+}
+
+impl Format for TextFormat {
+    fn head(&mut self) -> Vec<SseEvent> {
+        if self.echo.is_empty() {
+            Vec::new()
+        } else {
+            let e = self.echo.clone();
+            vec![self.chunk(&e, None)]
+        }
+    }
+
+    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+        if let Some(lp) = lp {
+            let (t, _) = token_text(&self.app, id);
+            let top: Map<String, Value> = lp
+                .top
+                .iter()
+                .map(|&(tid, l)| (token_text(&self.app, tid).0, json!(l)))
+                .collect();
+            self.lp.0.push(json!(t));
+            self.lp.1.push(json!(lp.logprob));
+            self.lp.2.push(Value::Object(top));
+            self.lp.3.push(json!(self.offset));
+            self.offset += t.len();
+        }
+        let piece = self.out.push(&self.app.tokenizer, id);
+        if piece.is_empty() {
+            return Vec::new();
+        }
+        self.text.push_str(&piece);
+        if stream {
+            vec![self.chunk(&piece, None)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn stopped(&self) -> Option<String> {
+        self.out.matched().map(str::to_string)
+    }
+
+    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+        let rest = self.out.finish();
+        let mut ev = Vec::new();
+        if !rest.is_empty() {
+            self.text.push_str(&rest);
+            ev.push(self.chunk(&rest, None));
+        }
+        ev.push(self.chunk("", Some(Self::finish_reason(end))));
+        if self.include_usage {
+            let c = json!({
+                "id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model, "choices": [], "usage": usage(end),
+            });
+            ev.push(SseEvent::default().data(c.to_string()));
+        }
+        ev.push(SseEvent::default().data("[DONE]"));
+        ev
+    }
+
+    fn body(&mut self, end: &End) -> Value {
+        let rest = self.out.finish();
+        self.text.push_str(&rest);
+        let text = format!("{}{}", self.echo, self.text);
+        json!({
+            "id": self.id, "object": "text_completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "text": text, "logprobs": self.lp_json(),
+                         "finish_reason": Self::finish_reason(end)}],
+            "usage": usage(end), "timings": end.timings(),
+        })
+    }
+
+    fn error_event(&self, msg: &str) -> SseEvent {
+        SseEvent::default().data(ApiError::internal(msg.to_string()).body().to_string())
+    }
+
+    fn reason_name(&self, end: &End) -> String {
+        Self::finish_reason(end).to_string()
+    }
+}
+
+/// `POST /v1/completions` (legacy): `prompt` as a string or token ids,
+/// `suffix` as fill-in-the-middle when the vocabulary has FIM tokens.
+pub async fn completions(
+    State(app): State<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    single_text_choice(&o)?;
+    let tok = app.tokenizer.clone();
+    let (prompt_text, mut ids): (String, Vec<u32>) = match o.get("prompt") {
+        Some(Value::String(s)) => (s.clone(), Vec::new()),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            (a[0].as_str().unwrap_or_default().to_string(), Vec::new())
+        }
+        Some(Value::Array(a)) if a.iter().all(Value::is_number) && !a.is_empty() => (
+            String::new(),
+            crate::misc::token_ids(a, "prompt", app.n_vocab)?,
+        ),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_array() => {
+            let inner = a[0].as_array().map(Vec::as_slice).unwrap_or_default();
+            (String::new(), crate::misc::token_ids(inner, "prompt", app.n_vocab)?)
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::param(
+                "prompt",
+                "'prompt' must be a string, one string in an array, or token ids (batches of several prompts are not supported)",
+            ))
+        }
+        None | Some(Value::Null) => return Err(ApiError::param("prompt", "'prompt' is required")),
+        Some(v) => {
+            return Err(ApiError::param(
+                "prompt",
+                format!("'prompt' must be a string or an array, got {}", kind(v)),
+            ))
+        }
+    };
+    let suffix = opt_str(&o, "suffix")?.unwrap_or("");
+    if ids.is_empty() {
+        let text = if suffix.is_empty() {
+            prompt_text.clone()
+        } else {
+            let (Some(_), Some(_), Some(_)) = (
+                tok.token_id("<|fim_prefix|>"),
+                tok.token_id("<|fim_suffix|>"),
+                tok.token_id("<|fim_middle|>"),
+            ) else {
+                return Err(ApiError::param(
+                    "suffix",
+                    "'suffix' (fill-in-the-middle) needs a model with FIM tokens",
+                ));
+            };
+            format!("<|fim_prefix|>{prompt_text}<|fim_suffix|>{suffix}<|fim_middle|>")
+        };
+        ids = tok.tokenize(&text, tok.add_bos(), !suffix.is_empty());
+    }
+    let sampling = sampling(&o, &app)?;
+    let stream = opt_bool(&o, "stream")?.unwrap_or(false);
+    let include_usage = match opt_object(&o, "stream_options")? {
+        Some(so) => opt_bool(so, "include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    let echo = opt_bool(&o, "echo")?.unwrap_or(false);
+    let logprobs = match opt_usize(&o, "logprobs")? {
+        Some(k) if k > 5 => {
+            return Err(ApiError::param("logprobs", "'logprobs' must be at most 5"))
+        }
+        k => k,
+    };
+    let stops = stop_strings(&o, "stop")?;
+    // OpenAI's default for this endpoint is 16 tokens.
+    let max_tokens = app.budget(
+        ids.len(),
+        Some(opt_usize(&o, "max_tokens")?.unwrap_or(16)),
+        "max_tokens",
+    )?;
+    let echo_text = if echo {
+        tok.decode_opts(&ids, true).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let id = new_id("cmpl-");
+    let fmt = TextFormat {
+        app: app.clone(),
+        id: id.clone(),
+        created: crate::now(),
+        model: app.cfg.alias.clone(),
+        out: TextOutput::new(stops),
+        text: String::new(),
+        echo: echo_text,
+        include_usage,
+        logprobs: logprobs.is_some(),
+        lp: Default::default(),
+        offset: 0,
+    };
+    let req = Request {
+        prompt: ids,
+        max_tokens,
+        sampling,
+        logprobs,
+        stop_at_eog: true,
+    };
+    respond(app, id, req, fmt, stream).await
+}
