@@ -115,6 +115,7 @@ pub fn run(args: Args) -> Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 
     let t0 = Instant::now();

@@ -5,7 +5,6 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::sse::Event as SseEvent;
 use axum::response::Response;
 use axum::Json;
 use redlite_engine::{Request, TokenLogprobs};
@@ -16,7 +15,7 @@ use crate::error::ApiError;
 use crate::fields::*;
 use crate::openai::{render_chat, sampling, ChatPrompt, ToolChoice};
 use crate::pipeline::ChatOutput;
-use crate::run::{respond, End, EndReason, Format};
+use crate::run::{respond, Chunk, End, EndReason, Format};
 use crate::{body_bytes, new_id, App};
 
 /// Text of a `content` that is a string or an array of text blocks.
@@ -277,12 +276,12 @@ struct MessagesFormat {
     index: usize,
 }
 
-fn ev(name: &str, data: Value) -> SseEvent {
-    SseEvent::default().event(name).data(data.to_string())
+fn ev(name: &'static str, data: Value) -> Chunk {
+    Chunk::new().event(name).data(data.to_string())
 }
 
 impl MessagesFormat {
-    fn close(&mut self, evs: &mut Vec<SseEvent>) {
+    fn close(&mut self, evs: &mut Vec<Chunk>) {
         if self.open != Block::None {
             evs.push(ev(
                 "content_block_stop",
@@ -293,7 +292,7 @@ impl MessagesFormat {
         }
     }
 
-    fn events(&mut self, ds: Vec<Delta>) -> Vec<SseEvent> {
+    fn events(&mut self, ds: Vec<Delta>) -> Vec<Chunk> {
         let mut evs = Vec::new();
         for d in ds {
             match d {
@@ -366,7 +365,7 @@ impl MessagesFormat {
 }
 
 impl Format for MessagesFormat {
-    fn head(&mut self) -> Vec<SseEvent> {
+    fn head(&mut self) -> Vec<Chunk> {
         vec![
             ev(
                 "message_start",
@@ -380,7 +379,7 @@ impl Format for MessagesFormat {
         ]
     }
 
-    fn token(&mut self, id: u32, _lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+    fn token(&mut self, id: u32, _lp: Option<&TokenLogprobs>, stream: bool) -> Vec<Chunk> {
         let ds = self.out.push(&self.app.tokenizer, id);
         if stream {
             self.events(ds)
@@ -393,7 +392,7 @@ impl Format for MessagesFormat {
         self.out.matched().map(str::to_string)
     }
 
-    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+    fn tail(&mut self, end: &End) -> Vec<Chunk> {
         let ds = self.out.finish();
         let mut evs = self.events(ds);
         self.close(&mut evs);
@@ -432,7 +431,7 @@ impl Format for MessagesFormat {
         })
     }
 
-    fn error_event(&self, msg: &str) -> SseEvent {
+    fn error_event(&self, msg: &str) -> Chunk {
         ev(
             "error",
             ApiError::internal(msg.to_string()).anthropic().body(),
@@ -498,4 +497,117 @@ pub async fn count_tokens(
         Ok(Json(json!({"input_tokens": prompt.ids.len()})))
     };
     run().map_err(ApiError::anthropic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{test_app, test_end, test_tokens};
+
+    #[test]
+    fn tool_use_streams_as_content_blocks() {
+        let app = test_app();
+        let tools = to_chat_tools(
+            json!({"tools": [{"name": "read", "input_schema": {"type": "object",
+                "properties": {"path": {"type": "string"}}}}]})
+            .as_object()
+            .expect("obj"),
+        )
+        .expect("tools");
+        let mk = || MessagesFormat {
+            app: app.clone(),
+            id: "msg_t".into(),
+            model: "m".into(),
+            out: ChatOutput::new(&tools, ParserOptions::default(), vec![], ""),
+            prompt_tokens: 10,
+            open: Block::None,
+            index: 0,
+        };
+        let text = "Let me look.\n<tool_call>\n<function=read>\n<parameter=path>\nREADME.md\n</parameter>\n</function>\n</tool_call>";
+        let ids = test_tokens(&app, text);
+        let mut f = mk();
+        let mut ev = f.head();
+        for &id in &ids {
+            ev.extend(f.token(id, None, true));
+        }
+        ev.extend(f.tail(&test_end(ids.len())));
+        let names: Vec<&str> = ev.iter().map(|c| c.event.unwrap_or("")).collect();
+        assert_eq!(names[0], "message_start");
+        assert_eq!(*names.last().expect("last"), "message_stop");
+        let data: Vec<Value> = ev
+            .iter()
+            .map(|c| serde_json::from_str(&c.data).expect("json"))
+            .collect();
+        let starts: Vec<&Value> = data
+            .iter()
+            .filter(|d| d["type"] == "content_block_start")
+            .collect();
+        assert_eq!(starts.len(), 2);
+        assert_eq!(starts[0]["content_block"]["type"], "text");
+        assert_eq!(starts[1]["content_block"]["type"], "tool_use");
+        assert_eq!(starts[1]["content_block"]["name"], "read");
+        assert_eq!(starts[1]["index"], 1);
+        let json_parts: String = data
+            .iter()
+            .filter(|d| d["delta"]["type"] == "input_json_delta")
+            .map(|d| d["delta"]["partial_json"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&json_parts).expect("json"),
+            json!({"path": "README.md"})
+        );
+        let md = data
+            .iter()
+            .find(|d| d["type"] == "message_delta")
+            .expect("delta");
+        assert_eq!(md["delta"]["stop_reason"], "tool_use");
+        assert_eq!(md["usage"]["cache_read_input_tokens"], 4);
+        assert_eq!(md["usage"]["input_tokens"], 6);
+        // Every block is stopped once.
+        let stops = data
+            .iter()
+            .filter(|d| d["type"] == "content_block_stop")
+            .count();
+        assert_eq!(stops, 2);
+
+        let mut f = mk();
+        for &id in &ids {
+            f.token(id, None, false);
+        }
+        let body = f.body(&test_end(ids.len()));
+        assert_eq!(
+            body["content"][0],
+            json!({"type": "text", "text": "Let me look."})
+        );
+        assert_eq!(body["content"][1]["type"], "tool_use");
+        assert_eq!(body["content"][1]["input"], json!({"path": "README.md"}));
+        assert_eq!(body["stop_reason"], "tool_use");
+    }
+
+    #[test]
+    fn messages_translate_to_chat_form() {
+        let o = json!({
+            "system": [{"type": "text", "text": "sys"}],
+            "messages": [
+                {"role": "user", "content": "read it"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "data"}]},
+                    {"type": "text", "text": "thanks"}]},
+            ]
+        });
+        let m = to_chat_messages(o.as_object().expect("obj")).expect("translate");
+        assert_eq!(m[0], json!({"role": "system", "content": "sys"}));
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"path":"a"}"#
+        );
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "t1", "content": "data"})
+        );
+        assert_eq!(m[4], json!({"role": "user", "content": "thanks"}));
+    }
 }

@@ -339,3 +339,29 @@ pub async fn serve(
         })
         .await
 }
+
+/// The tiny fixture model behind an [`AppState`], for unit tests.
+#[cfg(test)]
+pub(crate) fn test_app() -> App {
+    let model = Model::load(&redlite_testkit::fixture("tiny-s-bf16.gguf")).expect("fixture model");
+    Arc::new(AppState::new(model, ServerConfig::default()).expect("app"))
+}
+
+/// A generation that ended its turn, for unit tests of the formats.
+#[cfg(test)]
+pub(crate) fn test_end(generated: usize) -> run::End {
+    run::End {
+        reason: run::EndReason::EndOfTurn,
+        prompt_tokens: 10,
+        cached_tokens: 4,
+        generated_tokens: generated,
+        prefill_seconds: 0.1,
+        decode_seconds: 0.2,
+    }
+}
+
+/// Token ids of `text` as the model would generate them.
+#[cfg(test)]
+pub(crate) fn test_tokens(app: &App, text: &str) -> Vec<u32> {
+    app.tokenizer.tokenize(text, false, true)
+}

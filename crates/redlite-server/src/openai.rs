@@ -3,7 +3,6 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::sse::Event as SseEvent;
 use axum::response::Response;
 use redlite_engine::{Request, SamplingParams, TokenLogprobs};
 use redlite_tokenizer::toolcall::{Delta, ParserOptions};
@@ -12,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ApiError;
 use crate::fields::*;
 use crate::pipeline::{ChatOutput, TextOutput};
-use crate::run::{chat_logprob_entry, respond, token_text, End, EndReason, Format};
+use crate::run::{chat_logprob_entry, respond, token_text, Chunk, End, EndReason, Format};
 use crate::{body_bytes, new_id, App};
 
 /// Sampling fields shared by every endpoint (`temperature`, `top_p`,
@@ -132,12 +131,14 @@ fn tool_choice(o: &Obj, tools: &[Value]) -> Result<ToolChoice, ApiError> {
             "auto" => ToolChoice::Auto,
             "none" => ToolChoice::None,
             "required" => ToolChoice::Required,
-            other => return Err(ApiError::param(
-                "tool_choice",
-                format!(
+            other => {
+                return Err(ApiError::param(
+                    "tool_choice",
+                    format!(
                     "'tool_choice' must be auto, none, required or a named function, got '{other}'"
                 ),
-            )),
+                ))
+            }
         },
         Some(Value::Object(m)) => {
             let name = m
@@ -247,7 +248,7 @@ struct ChatFormat {
 }
 
 impl ChatFormat {
-    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> SseEvent {
+    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Chunk {
         let mut choice =
             json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish});
         if self.logprobs && !self.lp.is_empty() {
@@ -261,10 +262,10 @@ impl ChatFormat {
         if self.include_usage {
             c["usage"] = Value::Null;
         }
-        SseEvent::default().data(c.to_string())
+        Chunk::new().data(c.to_string())
     }
 
-    fn deltas(&mut self, ds: Vec<Delta>) -> Vec<SseEvent> {
+    fn deltas(&mut self, ds: Vec<Delta>) -> Vec<Chunk> {
         ds.iter().map(|d| self.chunk(d.to_openai(), None)).collect()
     }
 
@@ -284,11 +285,11 @@ fn fingerprint(app: &App) -> String {
 }
 
 impl Format for ChatFormat {
-    fn head(&mut self) -> Vec<SseEvent> {
+    fn head(&mut self) -> Vec<Chunk> {
         vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
     }
 
-    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<Chunk> {
         if let Some(lp) = lp {
             self.lp.push(chat_logprob_entry(&self.app, id, lp));
         }
@@ -304,7 +305,7 @@ impl Format for ChatFormat {
         self.out.matched().map(str::to_string)
     }
 
-    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+    fn tail(&mut self, end: &End) -> Vec<Chunk> {
         let ds = self.out.finish();
         let mut ev = self.deltas(ds);
         let fr = self.finish_reason(end);
@@ -315,9 +316,9 @@ impl Format for ChatFormat {
                 "model": self.model, "system_fingerprint": fingerprint(&self.app),
                 "choices": [], "usage": usage(end), "timings": end.timings(),
             });
-            ev.push(SseEvent::default().data(c.to_string()));
+            ev.push(Chunk::new().data(c.to_string()));
         }
-        ev.push(SseEvent::default().data("[DONE]"));
+        ev.push(Chunk::new().data("[DONE]"));
         ev
     }
 
@@ -341,9 +342,9 @@ impl Format for ChatFormat {
         })
     }
 
-    fn error_event(&self, msg: &str) -> SseEvent {
+    fn error_event(&self, msg: &str) -> Chunk {
         let e = ApiError::internal(msg.to_string());
-        SseEvent::default().data(e.body().to_string())
+        Chunk::new().data(e.body().to_string())
     }
 
     fn reason_name(&self, end: &End) -> String {
@@ -434,7 +435,7 @@ impl TextFormat {
         json!({"tokens": lp.0, "token_logprobs": lp.1, "top_logprobs": lp.2, "text_offset": lp.3})
     }
 
-    fn chunk(&mut self, text: &str, finish: Option<&str>) -> SseEvent {
+    fn chunk(&mut self, text: &str, finish: Option<&str>) -> Chunk {
         let lp = self.lp_json();
         let mut c = json!({
             "id": self.id, "object": "text_completion", "created": self.created,
@@ -444,7 +445,7 @@ impl TextFormat {
         if self.include_usage {
             c["usage"] = Value::Null;
         }
-        SseEvent::default().data(c.to_string())
+        Chunk::new().data(c.to_string())
     }
 
     fn finish_reason(end: &End) -> &'static str {
@@ -456,7 +457,7 @@ impl TextFormat {
 }
 
 impl Format for TextFormat {
-    fn head(&mut self) -> Vec<SseEvent> {
+    fn head(&mut self) -> Vec<Chunk> {
         if self.echo.is_empty() {
             Vec::new()
         } else {
@@ -465,7 +466,7 @@ impl Format for TextFormat {
         }
     }
 
-    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent> {
+    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<Chunk> {
         if let Some(lp) = lp {
             let (t, _) = token_text(&self.app, id);
             let top: Map<String, Value> = lp
@@ -495,7 +496,7 @@ impl Format for TextFormat {
         self.out.matched().map(str::to_string)
     }
 
-    fn tail(&mut self, end: &End) -> Vec<SseEvent> {
+    fn tail(&mut self, end: &End) -> Vec<Chunk> {
         let rest = self.out.finish();
         let mut ev = Vec::new();
         if !rest.is_empty() {
@@ -508,9 +509,9 @@ impl Format for TextFormat {
                 "id": self.id, "object": "text_completion", "created": self.created,
                 "model": self.model, "choices": [], "usage": usage(end),
             });
-            ev.push(SseEvent::default().data(c.to_string()));
+            ev.push(Chunk::new().data(c.to_string()));
         }
-        ev.push(SseEvent::default().data("[DONE]"));
+        ev.push(Chunk::new().data("[DONE]"));
         ev
     }
 
@@ -527,8 +528,8 @@ impl Format for TextFormat {
         })
     }
 
-    fn error_event(&self, msg: &str) -> SseEvent {
-        SseEvent::default().data(ApiError::internal(msg.to_string()).body().to_string())
+    fn error_event(&self, msg: &str) -> Chunk {
+        Chunk::new().data(ApiError::internal(msg.to_string()).body().to_string())
     }
 
     fn reason_name(&self, end: &End) -> String {
@@ -638,4 +639,153 @@ pub async fn completions(
         stop_at_eog: true,
     };
     respond(app, id, req, fmt, stream).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{test_app, test_end, test_tokens};
+
+    const CALL_TEXT: &str = "Reading the file.\n<tool_call>\n<function=read>\n<parameter=path>\nsrc/main.rs\n</parameter>\n<parameter=limit>\n40\n</parameter>\n</function>\n</tool_call>";
+
+    fn tools() -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "read", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}}}}),
+        ]
+    }
+
+    fn format(app: &App) -> ChatFormat {
+        ChatFormat {
+            app: app.clone(),
+            id: "chatcmpl-t".into(),
+            created: 1,
+            model: "m".into(),
+            out: ChatOutput::new(&tools(), ParserOptions::default(), vec![], ""),
+            include_usage: true,
+            logprobs: false,
+            lp: Vec::new(),
+        }
+    }
+
+    /// Streamed tool calls merge by index into the call the model wrote,
+    /// with `finish_reason: tool_calls`, as clients merge them.
+    #[test]
+    fn streamed_tool_call_chunks_merge_by_index() {
+        let app = test_app();
+        let ids = test_tokens(&app, CALL_TEXT);
+        let mut f = format(&app);
+        let mut chunks = f.head();
+        for &id in &ids {
+            chunks.extend(f.token(id, None, true));
+        }
+        let end = test_end(ids.len());
+        chunks.extend(f.tail(&end));
+        assert_eq!(chunks.last().map(|c| c.data.as_str()), Some("[DONE]"));
+        let vals: Vec<Value> = chunks[..chunks.len() - 1]
+            .iter()
+            .map(|c| serde_json::from_str(&c.data).expect("json"))
+            .collect();
+        let (mut content, mut calls, mut finish) =
+            (String::new(), Vec::<(String, String, String)>::new(), None);
+        for v in &vals {
+            let Some(ch) = v["choices"].get(0) else {
+                assert_eq!(v["usage"]["completion_tokens"], ids.len());
+                assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+                continue;
+            };
+            let d = &ch["delta"];
+            if let Some(c) = d["content"].as_str() {
+                content.push_str(c);
+            }
+            for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                let i = tc["index"].as_u64().expect("index") as usize;
+                if i == calls.len() {
+                    calls.push((
+                        tc["id"].as_str().expect("id on first fragment").into(),
+                        tc["function"]["name"].as_str().expect("name").into(),
+                        String::new(),
+                    ));
+                } else {
+                    assert!(tc.get("id").is_none() && tc["function"].get("name").is_none());
+                }
+                calls[i]
+                    .2
+                    .push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+            }
+            if let Some(fr) = ch["finish_reason"].as_str() {
+                finish = Some(fr.to_string());
+            }
+        }
+        assert_eq!(content, "Reading the file.");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].1, "read");
+        let args: Value = serde_json::from_str(&calls[0].2).expect("arguments are JSON");
+        assert_eq!(args, json!({"path": "src/main.rs", "limit": 40}));
+        assert_eq!(finish.as_deref(), Some("tool_calls"));
+
+        // Non-streaming: the same message.
+        let mut f = format(&app);
+        for &id in &ids {
+            f.token(id, None, false);
+        }
+        let body = f.body(&end);
+        let m = &body["choices"][0]["message"];
+        assert_eq!(m["content"], "Reading the file.");
+        assert_eq!(m["tool_calls"][0]["function"]["name"], "read");
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn stop_strings_end_the_text() {
+        let app = test_app();
+        let mut f = format(&app);
+        f.out = ChatOutput::new(&[], ParserOptions::default(), vec!["STOP".into()], "");
+        let mut text = String::new();
+        for id in test_tokens(&app, "one two STOP three") {
+            for c in f.token(id, None, true) {
+                let v: Value = serde_json::from_str(&c.data).expect("json");
+                text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+            }
+            if f.stopped().is_some() {
+                break;
+            }
+        }
+        assert_eq!(f.stopped().as_deref(), Some("STOP"));
+        for c in f.tail(&test_end(3)) {
+            if let Ok(v) = serde_json::from_str::<Value>(&c.data) {
+                text.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+            }
+        }
+        // The parser trims whitespace at the ends of the message.
+        assert_eq!(text, "one two");
+    }
+
+    #[test]
+    fn forced_tool_choice_opens_the_call() {
+        let app = test_app();
+        let named = ToolChoice::Named("read".into());
+        let p = render_chat(
+            &app,
+            &[json!({"role": "user", "content": "hi"})],
+            &tools(),
+            &named,
+            &Map::new(),
+        )
+        .expect("render");
+        assert!(p.text.ends_with("<tool_call>\n<function=read>\n"));
+        // The model continues the opened call; the parser sees the whole call.
+        let mut out = ChatOutput::new(&tools(), ParserOptions::default(), vec![], &p.forced);
+        let rest = "<parameter=path>\na.rs\n</parameter>\n</function>\n</tool_call>";
+        let mut deltas = Vec::new();
+        for id in test_tokens(&app, rest) {
+            deltas.extend(out.push(&app.tokenizer, id));
+        }
+        deltas.extend(out.finish());
+        let m = out.message();
+        assert_eq!(m.tool_calls.len(), 1, "{deltas:?}");
+        assert_eq!(m.tool_calls[0].name, "read");
+        assert_eq!(m.tool_calls[0].arguments, r#"{"path":"a.rs"}"#);
+        assert!(m.content.is_empty());
+    }
 }

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseSend, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use redlite_engine::{Event, FinishReason, Request, TokenLogprobs};
@@ -56,20 +56,52 @@ impl End {
     }
 }
 
+/// One server-sent event: an optional event name and its data line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub event: Option<&'static str>,
+    pub data: String,
+}
+
+impl Chunk {
+    /// A `data:` line only.
+    pub fn new() -> Chunk {
+        Chunk::default()
+    }
+
+    pub fn event(mut self, name: &'static str) -> Chunk {
+        self.event = Some(name);
+        self
+    }
+
+    pub fn data(mut self, data: impl Into<String>) -> Chunk {
+        self.data = data.into();
+        self
+    }
+
+    fn into_sse(self) -> SseSend {
+        let e = SseSend::default().data(self.data);
+        match self.event {
+            Some(n) => e.event(n),
+            None => e,
+        }
+    }
+}
+
 /// The API-specific half of a generation.
 pub trait Format: Send + 'static {
     /// Events sent as soon as the request is accepted (before any prefill).
-    fn head(&mut self) -> Vec<SseEvent>;
+    fn head(&mut self) -> Vec<Chunk>;
     /// One generated token. With `stream`, returns the events to send.
-    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<SseEvent>;
+    fn token(&mut self, id: u32, lp: Option<&TokenLogprobs>, stream: bool) -> Vec<Chunk>;
     /// A stop string matched: generation must end.
     fn stopped(&self) -> Option<String>;
     /// The end: remaining events (streaming).
-    fn tail(&mut self, end: &End) -> Vec<SseEvent>;
+    fn tail(&mut self, end: &End) -> Vec<Chunk>;
     /// The end: the whole response body (not streaming).
     fn body(&mut self, end: &End) -> Value;
     /// An error after the response has started (streaming).
-    fn error_event(&self, msg: &str) -> SseEvent;
+    fn error_event(&self, msg: &str) -> Chunk;
     /// The finish reason as this API names it (for the log and metrics).
     fn reason_name(&self, end: &End) -> String;
 }
@@ -202,11 +234,11 @@ pub async fn respond<F: Format>(
         return Ok(Json(body).into_response());
     }
 
-    let (tx, rx) = mpsc::channel::<Result<SseEvent, Infallible>>(64);
+    let (tx, rx) = mpsc::channel::<Result<SseSend, Infallible>>(64);
     let head = fmt.head();
     tokio::spawn(async move {
         for e in head {
-            if tx.send(Ok(e)).await.is_err() {
+            if tx.send(Ok(e.into_sse())).await.is_err() {
                 return;
             }
         }
@@ -227,18 +259,18 @@ pub async fn respond<F: Format>(
                 Next::End(end) => (Vec::new(), Some(end)),
                 Next::Error(e) => {
                     tracing::error!("{}: {e}", run.id);
-                    let _ = tx.send(Ok(fmt.error_event(&e))).await;
+                    let _ = tx.send(Ok(fmt.error_event(&e).into_sse())).await;
                     return;
                 }
             };
             for e in events {
-                if tx.send(Ok(e)).await.is_err() {
+                if tx.send(Ok(e.into_sse())).await.is_err() {
                     return;
                 }
             }
             if let Some(end) = end {
                 for e in fmt.tail(&end) {
-                    if tx.send(Ok(e)).await.is_err() {
+                    if tx.send(Ok(e.into_sse())).await.is_err() {
                         break;
                     }
                 }
