@@ -92,8 +92,8 @@ fn cases() -> Vec<Case> {
                opts: opts(), content: "Reading, then editing.", reasoning: "" },
         Case { name: "typed_values", pieces: vec![
                 call("<tool_call>\n<function=typed>\n<parameter=n>\n-1.5e3\n</parameter>\n<parameter=i>\n 42 \n</parameter>\n<parameter=b>\nfalse\n</parameter>\n<parameter=z>\nNone\n</parameter>\n<parameter=o>\n{\"k\": [1, {\"x\": null}], \"s\": \"ü<&>\"}\n</parameter>\n<parameter=a>\n[]\n</parameter>\n<parameter=sn>\n007\n</parameter>\n<parameter=sn2>\n7.25\n</parameter>\n<parameter=any>\ntrue\n</parameter>\n<parameter=s>\n123\n</parameter>\n<parameter=unknown>\n{\"u\": 1}\n</parameter>\n<parameter=unknown2>\nplain words\n</parameter>\n<parameter=i_bad>\nnot a number\n</parameter>\n</function>\n</tool_call>",
-                     "typed", json!({"n": -1500.0, "i": 42, "b": false, "z": null, "o": {"k": [1, {"x": null}], "s": "ü<&>"},
-                                     "a": [], "sn": "007", "sn2": 7.25, "any": true, "s": "123", "unknown": {"u": 1},
+                     "typed", json!({"n": -1500, "i": 42, "b": false, "z": null, "o": {"k": [1, {"x": null}], "s": "ü<&>"},
+                                     "a": [], "sn": "007", "sn2": 7.25, "any": true, "s": "123", "unknown": "{\"u\": 1}",
                                      "unknown2": "plain words", "i_bad": "not a number"}))],
                opts: opts(), content: "", reasoning: "" },
         Case { name: "think_then_call", pieces: vec![
@@ -148,7 +148,7 @@ fn cases() -> Vec<Case> {
                content: "Write <function=foo> in the docs; compare a<b, <div>, <tool_ and <thinking>.", reasoning: "" },
         Case { name: "undeclared_name_with_opener", pieces: vec![
                 call("<tool_call>\n<function=search>\n<parameter=q>\n\"quoted\"\n</parameter>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>",
-                     "search", json!({"q": "quoted", "n": 5}))],
+                     "search", json!({"q": "\"quoted\"", "n": "5"}))],
                opts: opts(), content: "", reasoning: "" },
         Case { name: "tool_calls_disabled", pieces: vec![Text("<tool_call>\n<function=read>\n</function>\n</tool_call>")],
                opts: ParserOptions { parse_tool_calls: false, ..opts() },
@@ -478,4 +478,50 @@ fn openai_shapes() {
     assert_ne!(a.tool_calls[0].id, b.tool_calls[0].id);
     assert!(ParserOptions::for_prompt("<|im_start|>assistant\n<think>\n").starts_in_reasoning);
     assert!(!ParserOptions::for_prompt("<|im_start|>assistant\n").starts_in_reasoning);
+}
+
+/// Random mixes of tag fragments, values and text: no panic, the deltas
+/// concatenate to the message, the message does not depend on how the text
+/// is split, and every call's arguments are a JSON object.
+#[test]
+fn random_tag_soup_keeps_the_invariants() {
+    use rand::{Rng, SeedableRng};
+    const FRAGMENTS: &[&str] = &[
+        "<tool_call>", "</tool_call>", "<function=read>", "<function=edit>", "<function=search>",
+        "<function=", "</function>", "<parameter=path>", "<parameter=offset>", "<parameter=dry_run>",
+        "<parameter=edits>", "<parameter=", "</parameter>", "<think>", "</think>", "<tool_", "</para",
+        "<", ">", "=", "\n", "\r\n", " ", "\t", "`", "```", "{", "}", "[", "]", "'", "\"", "\\", ",",
+        ":", "text", "ü", "🚀", "007", "+5", "1.5e3", "TRUE", "null", "None", "[1, 'a']",
+        "{'k': (1,)}", "{\"name\": \"read\", \"arguments\": {}}", "x</parameter>y",
+        "<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n</function>\n</tool_call>",
+        "\n<parameter=offset>\n7\n", "<tool_call>\n<function=edit>\n", "\n</parameter>\n</function>\n",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7001_ca11);
+    for iter in 0..5000 {
+        let n = rng.gen_range(0..40);
+        let text: String = (0..n)
+            .map(|_| FRAGMENTS[rng.gen_range(0..FRAGMENTS.len())])
+            .collect();
+        let o = ParserOptions {
+            starts_in_reasoning: iter % 5 == 0,
+            parse_reasoning: iter % 11 != 0,
+            ..opts()
+        };
+        let (deltas, whole) = run(&text, &[], &o);
+        assert_eq!(assemble(&deltas), whole, "{text:?}: deltas");
+        for c in &whole.tool_calls {
+            let v: Value = serde_json::from_str(&c.arguments)
+                .unwrap_or_else(|e| panic!("{text:?}: arguments {:?}: {e}", c.arguments));
+            assert!(v.is_object(), "{text:?}: arguments not an object");
+        }
+        let all: Vec<usize> = text.char_indices().map(|(i, _)| i).skip(1).collect();
+        let (deltas, msg) = run(&text, &all, &o);
+        assert_eq!(assemble(&deltas), msg, "{text:?}: char by char: deltas");
+        assert_eq!(msg, whole, "{text:?}: char by char");
+        let mut cuts: Vec<usize> = all.iter().copied().filter(|_| rng.gen_bool(0.2)).collect();
+        cuts.dedup();
+        let (deltas, msg) = run(&text, &cuts, &o);
+        assert_eq!(assemble(&deltas), msg, "{text:?}: cuts {cuts:?}: deltas");
+        assert_eq!(msg, whole, "{text:?}: cuts {cuts:?}");
+    }
 }
