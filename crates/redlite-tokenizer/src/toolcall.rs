@@ -91,7 +91,8 @@
 //! `["string", "null"]` turned `123` into an integer, and it ignores `anyOf`);
 //! integers beyond 64 bits, infinities, NaN, Python sets, bytes and complex
 //! numbers stay strings (JSON cannot hold them; it emits a big integer, or
-//! fails the whole message); only ASCII digits are digits.
+//! fails the whole message), and so do Python literals with float dict keys
+//! or `\N{…}` escapes; only ASCII digits are digits.
 //!
 //! # Streaming
 //!
@@ -466,9 +467,15 @@ fn py_number(s: &str) -> Option<Json> {
     if !f.is_finite() {
         return None;
     }
-    if f.fract() == 0.0 && f.abs() < 9.0e18 {
-        // Exact: |f| < 2^63.
-        return Some(Json::from(f as i64));
+    // Whole numbers become integers where JSON integers reach (exact casts:
+    // the bounds are powers of two).
+    if f.fract() == 0.0 {
+        if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+            return Some(Json::from(f as u64));
+        }
+        if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+            return Some(Json::from(f as i64));
+        }
     }
     float_json(f)
 }
@@ -487,6 +494,27 @@ fn py_bool(s: &str) -> Option<Json> {
 
 fn is_null_word(s: &str) -> bool {
     s.trim().eq_ignore_ascii_case("null")
+}
+
+/// JSON as Python's `json.loads` reads it: an integer `-0` is 0 (serde_json
+/// reads it as the float -0.0; the Python-literal reader spells numbers the
+/// same way as JSON and gets it right).
+fn json_value(s: &str) -> Option<Json> {
+    fn has_negative_zero(v: &Json) -> bool {
+        match v {
+            Json::Number(n) => n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()),
+            Json::Array(a) => a.iter().any(has_negative_zero),
+            Json::Object(m) => m.values().any(has_negative_zero),
+            _ => false,
+        }
+    }
+    let v: Json = serde_json::from_str(s).ok()?;
+    if has_negative_zero(&v) {
+        if let Some(p) = pylit::parse(s) {
+            return Some(p);
+        }
+    }
+    Some(v)
 }
 
 /// Convert a raw parameter value by its schema types (`None` = undeclared
@@ -521,7 +549,7 @@ fn convert_value(raw: &str, types: Option<&Types>) -> Json {
         conversions.push(py_bool);
     }
     if t.structured {
-        conversions.push(|s| serde_json::from_str(s).ok());
+        conversions.push(json_value);
         conversions.push(pylit::parse);
     }
     if t.other || t.null {
@@ -682,17 +710,33 @@ mod pylit {
 
         fn dict(&mut self, depth: usize) -> Option<Json> {
             let mut m = Map::new();
+            // Python key equality (`True == 1`): the first spelling stays,
+            // the last value wins.
+            let mut spelling: Vec<(Json, String)> = Vec::new();
             loop {
                 self.ws();
                 if self.eat('}') {
                     return Some(Json::Object(m));
                 }
-                let key = match self.value(depth + 1)? {
-                    Json::String(s) => s,
-                    Json::Bool(b) => b.to_string(),
-                    Json::Null => "null".to_string(),
-                    Json::Number(n) if !n.is_f64() => n.to_string(),
-                    _ => return None,
+                let k = self.value(depth + 1)?;
+                let identity = match &k {
+                    Json::Bool(b) => Json::from(u64::from(*b)),
+                    Json::Number(n) if n.is_f64() => return None,
+                    Json::Array(_) | Json::Object(_) => return None,
+                    other => other.clone(),
+                };
+                let key = match spelling.iter().find(|(id, _)| *id == identity) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let s = match &k {
+                            Json::String(s) => s.clone(),
+                            Json::Bool(b) => b.to_string(),
+                            Json::Null => "null".to_string(),
+                            other => other.to_string(),
+                        };
+                        spelling.push((identity, s.clone()));
+                        s
+                    }
                 };
                 self.ws();
                 // `{1, 2}` is a set: not JSON.

@@ -371,6 +371,10 @@ type Calls = Vec<(String, Value)>;
 
 /// Run the reference on every case: (content, [(name, arguments)]).
 fn official(cases: &[Case]) -> Vec<(Option<String>, Calls)> {
+    official_with(cases, &tools())
+}
+
+fn official_with(cases: &[Case], tools: &[Value]) -> Vec<(Option<String>, Calls)> {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/qwen3coder_reference.py");
     let mut child = Command::new(redlite_testkit::python())
@@ -380,7 +384,7 @@ fn official(cases: &[Case]) -> Vec<(Option<String>, Calls)> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python starts (set REDLITE_PYTHON)");
-    let req = json!({"cases": cases.iter().map(|c| json!({"text": c.text, "tools": tools()})).collect::<Vec<_>>()});
+    let req = json!({"cases": cases.iter().map(|c| json!({"text": c.text, "tools": tools})).collect::<Vec<_>>()});
     child
         .stdin
         .take()
@@ -528,4 +532,156 @@ fn every_case_streams_to_the_same_message() {
             assert_eq!(stream(&c.text, &[k]), whole, "{}: split at {k}", c.name);
         }
     }
+}
+
+const BIG: &str = "123456789012345678901234567890";
+
+/// Every value under every kind of schema type, converted by this parser and
+/// by the official one: equal, except the documented deviations.
+#[test]
+fn value_conversion_matches_the_official_parser() {
+    let kinds: &[(&str, Value)] = &[
+        ("string", json!({"type": "string"})),
+        ("integer", json!({"type": "integer"})),
+        ("number", json!({"type": "number"})),
+        ("boolean", json!({"type": "boolean"})),
+        ("object", json!({"type": "object"})),
+        ("array", json!({"type": "array"})),
+        ("other", json!({"type": "double"})),
+        ("untyped", json!({"description": "no type"})),
+    ];
+    let values = [
+        "0",
+        "1",
+        "-1",
+        "-0",
+        "007",
+        "+5",
+        " 42 ",
+        "1_000",
+        "1__0",
+        "_1",
+        "1.5",
+        "1.0",
+        "-0.0",
+        "1e3",
+        "1E-2",
+        ".5",
+        "5.",
+        "1_0.2_5",
+        "0x1F",
+        "0o17",
+        "0b11",
+        "abc",
+        "",
+        "true",
+        "True",
+        "TRUE",
+        "false",
+        "False",
+        "None",
+        "none",
+        "null",
+        "NULL",
+        "nan",
+        "[1, 2]",
+        "[1, 2,]",
+        "(1, 2)",
+        "(1,)",
+        "()",
+        "(1)",
+        "{'a': 1}",
+        "{\"a\": 1}",
+        "{1: 'x', True: 2, None: 3}",
+        "{'a': -1.5e3}",
+        "[1, 'two', None, True, 3.25, [4]]",
+        "'single'",
+        "\"double\"",
+        "r'raw\\n'",
+        "'esc\\t\\x41\\u00e9\\101\\q'",
+        "'''tri'ple'''",
+        "'a' \"b\"",
+        "[-(1)]",
+        "--1",
+        "- 1",
+        "[1, 2",
+        "{'a': }",
+        "1 2",
+        "[\n1,\n2\n]",
+        "[\"a\", {\"b\": null}]",
+        "{\"a\": 1, \"a\": 2}",
+        "[[[[[]]]]]",
+        "'\\N{BULLET}'",
+        "ünï",
+        "12345678901234567890",
+        BIG,
+        "[-0, -0.0]",
+        "-0",
+        "{0: 'a', False: 'b', 'k': 1, 'k': 2}",
+    ];
+    let mut props = serde_json::Map::new();
+    for (k, schema) in kinds {
+        props.insert(format!("p_{k}"), schema.clone());
+    }
+    let tools = vec![json!({"type": "function", "function": {"name": "sweep",
+        "parameters": {"type": "object", "properties": props}}})];
+    let mut cases = Vec::new();
+    for (k, _) in kinds.iter().chain(&[("undeclared", json!(null))]) {
+        for v in values {
+            cases.push((
+                k.to_string(),
+                v,
+                call_text("sweep", &[(&format!("p_{k}"), v)]),
+            ));
+        }
+    }
+    let req: Vec<Case> = cases
+        .iter()
+        .map(|(_, _, text)| case("sweep", text, msg("", vec![]), None))
+        .collect();
+    let reference = official_with(&req, &tools);
+    let mut compared = 0;
+    let mut wrong = Vec::new();
+    for ((kind, v, text), (ref_content, ref_calls)) in cases.iter().zip(reference) {
+        let ours = ToolCallParser::parse_complete(text, &tools, opts());
+        let ours = calls_of(&ours);
+        assert_eq!(ours.len(), 1, "{kind} {v:?}: one call");
+        let got = &ours[0].1[&format!("p_{kind}")];
+        let lower = v.to_lowercase();
+        let deviation = match kind.as_str() {
+            // `null` stays a string for string types.
+            "string" => lower == "null",
+            // Booleans: `1`/`0`, else the raw string (the official parser
+            // gives false for anything but `true`).
+            "boolean" => !matches!(lower.as_str(), "true" | "false" | "null" | "0"),
+            // Beyond 64 bits an integer stays a string (a Python literal
+            // in an object or array parses as JSON, to a float, on both
+            // sides here).
+            "integer" | "other" if *v == BIG => true,
+            // `\N{…}` escapes are not read: the raw string stays.
+            "object" | "array" | "other" => v.contains("\\N{"),
+            _ => false,
+        };
+        if ref_calls.is_empty() {
+            // The official parser failed on the whole message (a value
+            // `json.dumps` cannot write): this parser keeps the raw string.
+            assert_eq!(ref_content.as_deref(), Some(text.as_str()), "{kind} {v:?}");
+            assert_eq!(got, &json!(v), "{kind} {v:?}: raw string kept");
+            continue;
+        }
+        let want = &ref_calls[0].1[&format!("p_{kind}")];
+        if deviation == (got == want) {
+            wrong.push(format!(
+                "{kind} {v:?}: ours {got}, official {want}{}",
+                if deviation {
+                    " (listed as a deviation)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        compared += usize::from(!deviation);
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(compared > 400, "only {compared} values compared");
 }

@@ -43,6 +43,23 @@ enum Piece {
     Bad(&'static str),
 }
 
+/// A call complete once `marker` (its first occurrence, or `extra` bytes
+/// past the end of `raw` when `marker` is empty) has been read.
+fn call_at(
+    raw: &'static str,
+    marker: &str,
+    extra: usize,
+    name: &'static str,
+    args: Value,
+) -> Piece {
+    let done = if marker.is_empty() {
+        raw.len() + extra
+    } else {
+        raw.find(marker).expect("marker") + marker.len()
+    };
+    Piece::Call(raw, done, name, args)
+}
+
 fn call(raw: &'static str, name: &'static str, args: Value) -> Piece {
     // Complete once the body is closed (`</function>` or the JSON object's end).
     let done = if let Some(p) = raw.find("</function>") {
@@ -153,6 +170,49 @@ fn cases() -> Vec<Case> {
         Case { name: "tool_calls_disabled", pieces: vec![Text("<tool_call>\n<function=read>\n</function>\n</tool_call>")],
                opts: ParserOptions { parse_tool_calls: false, ..opts() },
                content: "<tool_call>\n<function=read>\n</function>\n</tool_call>", reasoning: "" },
+        // Malformed output the official parser recovers from.
+        Case { name: "missing_every_close_then_good_call", pieces: vec![
+                Text("Two reads.\n"),
+                call_at("<tool_call>\n<function=read>\n<parameter=path>\na.rs\n", "", "<tool_call>\n<function=".len(),
+                        "read", json!({"path": "a.rs"})),
+                read_main()],
+               opts: opts(), content: "Two reads.", reasoning: "" },
+        Case { name: "missing_function_close_then_good_call", pieces: vec![
+                call_at("<tool_call>\n<function=read>\n<parameter=path>\na.rs\n</parameter>\n</tool_call>", "</tool_call>", 0,
+                        "read", json!({"path": "a.rs"})),
+                Text("\n"), read_main()],
+               opts: opts(), content: "", reasoning: "" },
+        Case { name: "missing_parameter_close", pieces: vec![
+                call("<tool_call>\n<function=edit>\n<parameter=path>\na.rs\n<parameter=dry_run>\nTRUE\n<parameter=scale>\n+5\n</function>\n</tool_call>",
+                     "edit", json!({"path": "a.rs", "dry_run": true, "scale": 5})),
+                call_at("\n<tool_call>\n<function=read>\n<parameter=offset>\n007</tool_call>", "</tool_call>", 0,
+                        "read", json!({"offset": 7}))],
+               opts: opts(), content: "", reasoning: "" },
+        Case { name: "two_functions_one_block_and_text_around", pieces: vec![
+                Text("First a, then b.\n\n"),
+                call("<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n</function>",
+                     "read", json!({"path": "a"})),
+                call("\n<function=edit>\n<parameter=edits>\n[{'old': 'x', 'new': None}, (1, 2.5)]\n</parameter>\n</function>\n</tool_call>",
+                     "edit", json!({"edits": [{"old": "x", "new": null}, [1, 2.5]]})),
+                Text("\n\nBoth done;\n"), read_main(), Text("\nAll done.\n")],
+               opts: opts(), content: "First a, then b.\nBoth done;\nAll done.", reasoning: "" },
+        Case { name: "crlf", pieces: vec![
+                Text("Editing.\r\n\r\n"),
+                call("<tool_call>\r\n<function=edit>\r\n<parameter=path>\r\na.rs\r\n</parameter>\r\n<parameter=new>\r\nx\r\ny\r\n</parameter>\r\n</function>\r\n</tool_call>",
+                     "edit", json!({"path": "a.rs", "new": "x\r\ny"})),
+                Text("\r\nDone.\r\n")],
+               opts: opts(), content: "Editing.\nDone.", reasoning: "" },
+        Case { name: "prose_and_inline_code_are_not_calls", pieces: vec![
+                Text("Use the `<tool_call>` tag, or `<function=read>`, e.g. `<tool_call>\n<function=read>\n<parameter=path>\nx\n</parameter>\n</function>\n</tool_call>`.\nEmit <tool_call> then <function=NAME>.")],
+               opts: opts(),
+               content: "Use the `<tool_call>` tag, or `<function=read>`, e.g. `<tool_call>\n<function=read>\n<parameter=path>\nx\n</parameter>\n</function>\n</tool_call>`.\nEmit <tool_call> then <function=NAME>.",
+               reasoning: "" },
+        Case { name: "stray_text_after_parameter", pieces: vec![
+                Bad("<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n"),
+                Text("oops\n</function>\n</tool_call>\n"), read_main()],
+               opts: opts(),
+               content: "<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\noops\n</function>\n</tool_call>",
+               reasoning: "" },
     ]
 }
 
@@ -178,6 +238,8 @@ fn model_prefix(
 ) -> (String, String, Vec<(String, Value)>) {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
     let mut off = 0;
+    // After a call, inside a `<tool_call>` block not yet closed.
+    let mut in_block = false;
     for p in pieces {
         let raw = match p {
             Piece::Text(s) | Piece::Bad(s) | Piece::Think(s, _) | Piece::Call(s, _, _, _) => *s,
@@ -187,7 +249,10 @@ fn model_prefix(
         }
         let cut = (k - off).min(raw.len());
         match p {
-            Piece::Text(_) | Piece::Bad(_) => content.push_str(&raw[..cut]),
+            Piece::Text(_) | Piece::Bad(_) => {
+                content.push_str(&raw[..cut]);
+                in_block &= raw[..cut].trim().is_empty();
+            }
             Piece::Think(_, body) => {
                 let open = if in_reasoning { 0 } else { "<think>".len() };
                 let close = raw.find("</think>").unwrap();
@@ -200,10 +265,17 @@ fn model_prefix(
                 }
             }
             Piece::Call(_, done, name, args) => {
-                if cut >= *done {
+                // `done` may lie in the next piece (a call ended by the
+                // start of the next one).
+                if k - off >= *done {
                     calls.push((name.to_string(), args.clone()));
+                    in_block = !raw.contains("</tool_call>");
+                } else if in_block && raw[..cut].trim() == "<" {
+                    // A lone `<` in an open block at the end of the stream
+                    // is taken as a cut `</tool_call>`.
                 } else {
                     content.push_str(&raw[..cut]);
+                    in_block = false;
                 }
             }
         }
