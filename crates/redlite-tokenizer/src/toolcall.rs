@@ -934,6 +934,9 @@ enum CallParse {
     },
     /// More text is needed to decide.
     Incomplete,
+    /// More text is needed, and text without a `<` cannot decide anything
+    /// (inside a value, no tag since): parsing can wait for a `<`.
+    AwaitingTag,
     /// Not a valid call: the first `at` bytes (at least the trigger tag) are
     /// plain content.
     Malformed { at: usize },
@@ -1115,7 +1118,11 @@ impl CallContext<'_> {
             }
             i = q + 1;
         }
-        Err(self.need_more(s))
+        Err(if self.eos {
+            CallParse::Malformed { at: s.len() }
+        } else {
+            CallParse::AwaitingTag
+        })
     }
 
     /// A `<function=NAME>` block at `p`; `bare`: not inside `<tool_call>`
@@ -1358,6 +1365,10 @@ pub struct ToolCallParser {
     reasoning_seen: bool,
     /// The raw content text before `buf`.
     ctx: TextContext,
+    /// The call in `buf` is inside a value: only a `<` can change anything,
+    /// so text without one is appended without parsing again (long values
+    /// stream in linear time).
+    awaiting_tag: bool,
     message: ParsedMessage,
     finished: bool,
 }
@@ -1381,6 +1392,7 @@ impl ToolCallParser {
             reasoning: TextChannel::new(),
             reasoning_seen: starts_in_reasoning,
             ctx: TextContext::start(),
+            awaiting_tag: false,
             message: ParsedMessage::default(),
             finished: false,
         }
@@ -1392,6 +1404,10 @@ impl ToolCallParser {
             return Vec::new();
         }
         self.buf.push_str(text);
+        if self.awaiting_tag && !text.contains('<') {
+            return Vec::new();
+        }
+        self.awaiting_tag = false;
         let mut out = Vec::new();
         self.process(false, &mut out);
         out
@@ -1404,6 +1420,7 @@ impl ToolCallParser {
             return Vec::new();
         }
         let mut out = Vec::new();
+        self.awaiting_tag = false;
         self.process(true, &mut out);
         self.content.boundary();
         self.reasoning.boundary();
@@ -1601,6 +1618,10 @@ impl ToolCallParser {
     fn apply(&mut self, parsed: CallParse, out: &mut Vec<Delta>) -> bool {
         match parsed {
             CallParse::Incomplete => false,
+            CallParse::AwaitingTag => {
+                self.awaiting_tag = true;
+                false
+            }
             CallParse::Malformed { at } => {
                 // Progress is guaranteed: `at` is past the trigger.
                 let mut at = at.clamp(1, self.buf.len());

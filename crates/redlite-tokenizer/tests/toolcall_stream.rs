@@ -597,3 +597,39 @@ fn random_tag_soup_keeps_the_invariants() {
         assert_eq!(msg, whole, "{text:?}: cuts {cuts:?}");
     }
 }
+
+/// A long value streamed in small pieces: only a `<` makes the parser look
+/// at the call again, so this stays about linear (re-parsing the call on
+/// every piece is quadratic: about 1 s for 256 KiB, a minute for 2 MiB).
+#[test]
+fn long_value_streams_in_linear_time() {
+    let line = "    let total = values.iter().map(|v| v * 2).sum::<u64>() + offset;\n";
+    let plain = "0123456789 abcdefghij ".repeat(3);
+    let mut value = String::new();
+    while value.len() < 1 << 21 {
+        value.push_str(if value.len() % 65_536 < 70 {
+            line
+        } else {
+            &plain
+        });
+    }
+    let text = format!(
+        "Writing.\n<tool_call>\n<function=write>\n<parameter=path>\nbig.rs\n</parameter>\n<parameter=content>\n{value}\n</parameter>\n</function>\n</tool_call>"
+    );
+    let start = std::time::Instant::now();
+    let mut p = ToolCallParser::new(&tools(), opts());
+    let mut deltas = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let j = (i + 4).min(text.len());
+        deltas.extend(p.push(&text[i..j]));
+        i = j;
+    }
+    deltas.extend(p.finish());
+    let msg = p.into_message();
+    assert_eq!(assemble(&deltas), msg);
+    assert_eq!(msg.content, "Writing.");
+    let args: Value = serde_json::from_str(&msg.tool_calls[0].arguments).unwrap();
+    assert_eq!(args, json!({"path": "big.rs", "content": value}));
+    eprintln!("2 MiB value in 4-byte pieces: {:?}", start.elapsed());
+}
