@@ -7,14 +7,16 @@
 //!
 //! # Recognised forms
 //!
-//! * `<think>…</think>` at the start of the message → `reasoning_content`
+//! * `<think>…</think>` at the start of the message (only whitespace before
+//!   it) → `reasoning_content`
 //!   (or the whole start of the output when the prompt already opened the
 //!   block, [`ParserOptions::starts_in_reasoning`]);
 //! * Qwen3-Coder tool calls
 //!   `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…</function>\n</tool_call>`,
 //!   several per message and several `<function=…>` blocks per `<tool_call>`
 //!   (one call each);
-//! * the JSON form `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`.
+//! * the JSON form `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`
+//!   (an extension: the official parser leaves it as content).
 //!
 //! # Call structure and malformed output
 //!
@@ -85,8 +87,10 @@
 //! A value that fails its conversion stays the raw string. For non-string
 //! types, whitespace around the value is ignored. Deviations from the
 //! official parser here: `string`-typed `null` stays a string (it gives
-//! null); booleans accept `1`/`0` and keep anything else as the raw string
-//! (it gives `false` for anything but `true`); a type list or `anyOf` is a set
+//! null); booleans accept `1`/`0` and surrounding whitespace, and keep
+//! anything else as the raw string (it gives `false` for anything but
+//! exactly `true` in some case, so `yes` or ` true` would switch a flag off
+//! silently); a type list or `anyOf` is a set
 //! of types (it stringifies a list and `ast.literal_eval`s it, so
 //! `["string", "null"]` turned `123` into an integer, and it ignores `anyOf`);
 //! integers beyond 64 bits, infinities, NaN, Python sets, bytes and complex

@@ -618,6 +618,8 @@ fn value_conversion_matches_the_official_parser() {
         "[-0, -0.0]",
         "-0",
         "{0: 'a', False: 'b', 'k': 1, 'k': 2}",
+        " true ",
+        "yes",
     ];
     let mut props = serde_json::Map::new();
     for (k, schema) in kinds {
