@@ -110,6 +110,7 @@
 //! emitted twice: the concatenation of the deltas equals the final message,
 //! whatever the split of the input.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -1017,6 +1018,20 @@ struct CallContext<'a> {
     tools: &'a HashMap<String, ToolInfo>,
     /// End of stream: nothing more will come.
     eos: bool,
+    /// Where the scan of an unfinished value stopped last time (the buffer
+    /// only grew since), to resume there.
+    resume: Option<ValueScan>,
+    /// Where the scan of an unfinished value stops now.
+    stopped: Cell<Option<ValueScan>>,
+}
+
+/// The state of the scan for the end of a value: everything before `at` is
+/// decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ValueScan {
+    vstart: usize,
+    at: usize,
+    first_close: Option<usize>,
 }
 
 /// The end of a parameter value.
@@ -1088,10 +1103,32 @@ impl CallContext<'_> {
 
     /// Find the end of the value starting at `vstart`.
     fn value_end(&self, s: &str, vstart: usize) -> Result<ValueEnd, CallParse> {
-        let mut first_close: Option<usize> = None;
-        let mut i = vstart;
-        while let Some(off) = s[i..].find('<') {
-            let q = i + off;
+        let (mut i, mut first_close) = match self.resume {
+            Some(r) if r.vstart == vstart && r.at <= s.len() => (r.at, r.first_close),
+            _ => (vstart, None),
+        };
+        let result = self.scan_value(s, &mut i, &mut first_close);
+        if matches!(result, Err(CallParse::Incomplete | CallParse::AwaitingTag)) {
+            self.stopped.set(Some(ValueScan {
+                vstart,
+                at: i,
+                first_close,
+            }));
+        }
+        result
+    }
+
+    /// The scan of [`value_end`](Self::value_end) from `*i`; on `Incomplete`
+    /// `*i` is the first undecided position.
+    fn scan_value(
+        &self,
+        s: &str,
+        i: &mut usize,
+        first_close: &mut Option<usize>,
+    ) -> Result<ValueEnd, CallParse> {
+        while let Some(off) = s[*i..].find('<') {
+            let q = *i + off;
+            *i = q;
             let rest = &s[q..];
             if rest.starts_with(PARAMETER_CLOSE) {
                 let next = q + PARAMETER_CLOSE.len();
@@ -1107,7 +1144,7 @@ impl CallContext<'_> {
                     }
                 }
             } else if self.ends_value_unclosed(s, q)? {
-                if let Some(c) = first_close {
+                if let Some(c) = *first_close {
                     // `…</parameter> stray text <tag>`.
                     return Err(CallParse::Malformed {
                         at: c + PARAMETER_CLOSE.len(),
@@ -1120,8 +1157,9 @@ impl CallContext<'_> {
             {
                 return Err(CallParse::Incomplete);
             }
-            i = q + 1;
+            *i = q + 1;
         }
+        *i = s.len();
         Err(if self.eos {
             CallParse::Malformed { at: s.len() }
         } else {
@@ -1373,6 +1411,8 @@ pub struct ToolCallParser {
     /// so text without one is appended without parsing again (long values
     /// stream in linear time).
     awaiting_tag: bool,
+    /// Where the scan of the unfinished value in `buf` stopped.
+    value_scan: Option<ValueScan>,
     message: ParsedMessage,
     finished: bool,
 }
@@ -1397,6 +1437,7 @@ impl ToolCallParser {
             reasoning_seen: starts_in_reasoning,
             ctx: TextContext::start(),
             awaiting_tag: false,
+            value_scan: None,
             message: ParsedMessage::default(),
             finished: false,
         }
@@ -1466,6 +1507,8 @@ impl ToolCallParser {
     }
 
     fn take_buf(&mut self, n: usize) -> String {
+        // Positions in the buffer change.
+        self.value_scan = None;
         let rest = self.buf.split_off(n);
         std::mem::replace(&mut self.buf, rest)
     }
@@ -1573,12 +1616,15 @@ impl ToolCallParser {
                     let ctx = CallContext {
                         tools: &self.tools,
                         eos,
+                        resume: self.value_scan,
+                        stopped: Cell::new(None),
                     };
                     let parsed = if opener {
                         ctx.parse_block_start(&self.buf)
                     } else {
                         ctx.parse_function(&self.buf, 0, true)
                     };
+                    self.value_scan = ctx.stopped.get();
                     if !self.apply(parsed, out) {
                         return;
                     }
@@ -1593,8 +1639,11 @@ impl ToolCallParser {
                         let ctx = CallContext {
                             tools: &self.tools,
                             eos,
+                            resume: self.value_scan,
+                            stopped: Cell::new(None),
                         };
                         let parsed = ctx.parse_function(&self.buf, p, false);
+                        self.value_scan = ctx.stopped.get();
                         if !self.apply(parsed, out) {
                             return;
                         }

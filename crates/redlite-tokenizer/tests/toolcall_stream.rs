@@ -598,9 +598,10 @@ fn random_tag_soup_keeps_the_invariants() {
     }
 }
 
-/// A long value streamed in small pieces: only a `<` makes the parser look
-/// at the call again, so this stays about linear (re-parsing the call on
-/// every piece is quadratic: about 1 s for 256 KiB, a minute for 2 MiB).
+/// A long value streamed in small pieces stays about linear: text without a
+/// `<` is not parsed again, and the scan of an unfinished value resumes
+/// where it stopped (re-parsing the call on every piece is quadratic: about
+/// 1 s for 256 KiB of text, a minute for 2 MiB, more with many `<`).
 #[test]
 fn long_value_streams_in_linear_time() {
     let line = "    let total = values.iter().map(|v| v * 2).sum::<u64>() + offset;\n";
@@ -612,6 +613,10 @@ fn long_value_streams_in_linear_time() {
         } else {
             &plain
         });
+    }
+    // Then HTML: a `<` every few bytes.
+    while value.len() < 5 << 19 {
+        value.push_str("<div class=\"row\"><span>a &lt; b</span><br/></div>\n");
     }
     let text = format!(
         "Writing.\n<tool_call>\n<function=write>\n<parameter=path>\nbig.rs\n</parameter>\n<parameter=content>\n{value}\n</parameter>\n</function>\n</tool_call>"
@@ -631,5 +636,5 @@ fn long_value_streams_in_linear_time() {
     assert_eq!(msg.content, "Writing.");
     let args: Value = serde_json::from_str(&msg.tool_calls[0].arguments).unwrap();
     assert_eq!(args, json!({"path": "big.rs", "content": value}));
-    eprintln!("2 MiB value in 4-byte pieces: {:?}", start.elapsed());
+    eprintln!("2.5 MiB value in 4-byte pieces: {:?}", start.elapsed());
 }
