@@ -5,35 +5,112 @@
 //! into [`Delta`]s — content text, reasoning text, tool-call starts and
 //! argument fragments — and accumulates the final [`ParsedMessage`].
 //!
-//! Recognised forms:
+//! # Recognised forms
 //!
-//! * `<think>…</think>` at the start of the message → `reasoning_content`
+//! * `<think>…</think>` at the start of the message (only whitespace before
+//!   it) → `reasoning_content`
 //!   (or the whole start of the output when the prompt already opened the
 //!   block, [`ParserOptions::starts_in_reasoning`]);
 //! * Qwen3-Coder tool calls
 //!   `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…</function>\n</tool_call>`,
-//!   several per message; the opening `<tool_call>` may be missing before
-//!   `<function=NAME>` of a declared tool (first call only); the closing
-//!   `</tool_call>` is optional;
-//! * the JSON form `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`.
+//!   several per message and several `<function=…>` blocks per `<tool_call>`
+//!   (one call each);
+//! * the JSON form `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`
+//!   (an extension: the official parser leaves it as content).
 //!
-//! Parameter values are typed by the tool's JSON schema: string-only
-//! parameters keep the raw text (newlines preserved, no unescaping); types
-//! without `string` are parsed as JSON; mixed types try JSON and keep it when
-//! its kind is allowed, else the raw string; unknown parameters try JSON, else
-//! string. Python spellings `True`/`False`/`None` (what a Python-rendered
-//! template shows the model) are accepted for booleans and null.
+//! # Call structure and malformed output
 //!
-//! Streaming rules: text that could be the start of a tag is held back until
-//! decided; a tool call is emitted only once it is complete (its start and its
-//! argument fragments come together), so a malformed or truncated call is
-//! never half-announced: it comes back as plain content. Whitespace around
-//! tags (before and between complete calls, after `<think>`, before
-//! `</think>`, after `</think>`) and at the ends of the message is dropped;
-//! nothing else is
-//! changed, and nothing is emitted twice: the concatenation of the deltas
-//! equals the final message.
+//! The reference is the official Qwen3-Coder parser (vLLM's
+//! `qwen3coder_tool_parser.py`, non-streaming path). Like it:
+//!
+//! * a parameter value is the text after `<parameter=NAME>` minus one leading
+//!   and one trailing newline; when `</parameter>` is missing the value ends
+//!   at the next `<parameter=NAME>`, `</function>` or `</tool_call>`;
+//! * a function whose `</function>` is missing ends at `</tool_call>`;
+//! * every `<function=…>` block of a `<tool_call>` is a call of its own;
+//!   `</tool_call>` itself is optional.
+//!
+//! Where the official parser is unsafe or loses text, this one differs
+//! (deliberately, and tested against a model of the official parser):
+//!
+//! * **No phantom calls.** A call starts only at `<tool_call>` followed (after
+//!   whitespace) by `<function=NAME>` or a JSON object, and only when the whole
+//!   call has a valid shape; otherwise the text is content. A `<tool_call>`
+//!   right after a backtick (inline code) is content. Without `<tool_call>`, a
+//!   bare `<function=NAME>` is a call only for the first call of a message,
+//!   only for a declared tool, only at the start of a line, and not right
+//!   after a `<tool_call>` that was content (the official parser turns any
+//!   `<function=` anywhere into a call when no `<tool_call>` is present).
+//! * **Truncated calls are content.** A call not ended by `</function>` or
+//!   `</tool_call>` (or the start of the next call) before the end of the
+//!   stream is never announced; its text comes back as content. (The official
+//!   parser emits whatever it has.)
+//! * **Calls are not merged.** A call missing `</parameter>`, `</function>` or
+//!   `</tool_call>` ends where the next call starts: at a `<tool_call>`
+//!   followed by `<function=`, or a `<function=NAME>`, at the start of a line
+//!   inside a value, or at either tag right after a parameter (the official
+//!   parser makes one call of both, the second call's parameters going to the
+//!   first).
+//! * **`</parameter>` inside a value** ends the value only when followed
+//!   (after whitespace) by a tag (`<parameter=`, `</function>`, `</tool_call>`,
+//!   `<tool_call>`, `<function=`); otherwise it is part of the value (the
+//!   official parser cuts the value there and drops the rest). When such a
+//!   value is then ended by a tag without `</parameter>`, the text after the
+//!   first `</parameter>` is stray text and the call is malformed (content).
+//!   Other text between parameters makes the call malformed too (the
+//!   official parser ignores it).
+//! * **CRLF.** `\r\n` counts as the newline stripped at both ends of a value
+//!   (the official parser strips `\n` only and leaves a `\r`).
+//! * **Content** is the text outside calls, before *and after* them (the
+//!   official parser keeps only the text before the first call), trimmed;
+//!   text resuming after a call is joined to earlier content with one `\n`
+//!   so words are never glued together.
+//!
+//! # Values
+//!
+//! Each value is converted by the type of its parameter in the tool's JSON
+//! schema (`type` as a name or a list of names, `anyOf`/`oneOf`/`allOf`
+//! alternatives, else the kinds of the `enum`/`const` values):
+//!
+//! | type | value |
+//! |------|-------|
+//! | undeclared tool or parameter, untyped property | the raw string; `null` (any case) → null |
+//! | `string` (also `str`, `text`, `varchar`, `char`, `enum`) | the raw string, always (also `null`) |
+//! | `integer` (`int…`, `uint…`, `long…`, `short…`, `unsigned…`) | Python `int()`: `007` → 7, `+5` → 5, `1_000` → 1000 |
+//! | `number` (`num…`, `float…`) | Python `float()`, an integer when whole: `1.0` → 1, `-1.5e3` → -1500 |
+//! | `boolean` (`bool`, `binary`) | `true`/`false` in any case, and `1`/`0` |
+//! | `object`, `array` (`arr`, `dict…`, `list…`) | JSON, else a Python literal (`['a', 1]`, `{'k': None}`, tuples) |
+//! | any other name (`null`, …) | a Python literal |
+//! | several types including `string` | JSON (or `True`/`False`/`None`) of another allowed type, else the raw string: `007` stays a string |
+//! | several types without `string` | `null` → null, then each conversion above in the order integer, number, boolean, object/array, Python literal |
+//!
+//! A value that fails its conversion stays the raw string. For non-string
+//! types, whitespace around the value is ignored. Deviations from the
+//! official parser here: `string`-typed `null` stays a string (it gives
+//! null); booleans accept `1`/`0` and surrounding whitespace, and keep
+//! anything else as the raw string (it gives `false` for anything but
+//! exactly `true` in some case, so `yes` or ` true` would switch a flag off
+//! silently); a type list or `anyOf` is a set
+//! of types (it stringifies a list and `ast.literal_eval`s it, so
+//! `["string", "null"]` turned `123` into an integer, and it ignores `anyOf`);
+//! integers beyond 64 bits, infinities, NaN, Python sets, bytes and complex
+//! numbers stay strings (JSON cannot hold them; it emits a big integer, or
+//! fails the whole message), and so do Python literals with float dict keys
+//! or `\N{…}` escapes; only ASCII digits are digits.
+//!
+//! # Streaming
+//!
+//! Text that could be the start of a tag is held back until decided; a tool
+//! call is emitted only once it is complete (its start and its argument
+//! fragments come together), so a malformed or truncated call is never
+//! half-announced: it comes back as plain content. Whitespace around tags
+//! (before and between complete calls, after `<think>`, before `</think>`,
+//! after `</think>`) and at the ends of the message is dropped; nothing else
+//! is changed but the `\n` joining content across a call, and nothing is
+//! emitted twice: the concatenation of the deltas equals the final message,
+//! whatever the split of the input.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,7 +126,14 @@ const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 /// Longest accepted function / parameter name.
 const MAX_NAME_LEN: usize = 256;
-
+/// Tags that end a value when they follow `</parameter>`.
+const STRUCTURAL: [&str; 5] = [
+    PARAMETER_OPEN,
+    FUNCTION_CLOSE,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    FUNCTION_OPEN,
+];
 /// One streaming update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Delta {
@@ -175,29 +259,34 @@ impl ParserOptions {
     }
 }
 
-/// The JSON types a schema allows.
+/// The kinds of value a parameter's schema allows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Types {
     string: bool,
-    number: bool,
     integer: bool,
+    number: bool,
     boolean: bool,
+    /// `object` or `array`: JSON, else a Python literal.
+    structured: bool,
     null: bool,
-    object: bool,
-    array: bool,
+    /// A type name the table does not know: a Python literal.
+    other: bool,
 }
 
 impl Types {
+    /// A schema type name, read like the official parser does.
     fn add_name(&mut self, name: &str) {
-        match name {
-            "string" => self.string = true,
-            "number" => self.number = true,
-            "integer" => self.integer = true,
-            "boolean" => self.boolean = true,
+        let n = name.trim().to_ascii_lowercase();
+        let starts = |ps: &[&str]| ps.iter().any(|p| n.starts_with(p));
+        match n.as_str() {
+            "string" | "str" | "text" | "varchar" | "char" | "enum" => self.string = true,
+            "boolean" | "bool" | "binary" => self.boolean = true,
+            "object" | "array" | "arr" => self.structured = true,
             "null" => self.null = true,
-            "object" => self.object = true,
-            "array" => self.array = true,
-            _ => {}
+            _ if starts(&["int", "uint", "long", "short", "unsigned"]) => self.integer = true,
+            _ if starts(&["num", "float"]) => self.number = true,
+            _ if starts(&["dict", "list"]) => self.structured = true,
+            _ => self.other = true,
         }
     }
     fn add_value_kind(&mut self, v: &Json) {
@@ -207,25 +296,25 @@ impl Types {
             Json::Number(n) if n.is_f64() => self.number = true,
             Json::Number(_) => self.integer = true,
             Json::String(_) => self.string = true,
-            Json::Array(_) => self.array = true,
-            Json::Object(_) => self.object = true,
+            Json::Array(_) | Json::Object(_) => self.structured = true,
         }
     }
     fn is_empty(&self) -> bool {
         *self == Types::default()
     }
     fn non_string(&self) -> bool {
-        self.number || self.integer || self.boolean || self.null || self.object || self.array
+        self.integer || self.number || self.boolean || self.structured || self.null || self.other
     }
+    /// Whether a decoded non-string value fits these types.
     fn allows(&self, v: &Json) -> bool {
-        match v {
-            Json::Null => self.null,
-            Json::Bool(_) => self.boolean,
-            Json::Number(n) => self.number || (self.integer && !n.is_f64()),
-            Json::String(_) => self.string,
-            Json::Array(_) => self.array,
-            Json::Object(_) => self.object,
-        }
+        self.other
+            || match v {
+                Json::Null => self.null,
+                Json::Bool(_) => self.boolean,
+                Json::Number(n) => self.number || (self.integer && !n.is_f64()),
+                Json::String(_) => false,
+                Json::Array(_) | Json::Object(_) => self.structured,
+            }
     }
 }
 
@@ -299,32 +388,560 @@ fn parse_jsonish(s: &str) -> Option<Json> {
     }
 }
 
-/// Convert a raw parameter value by its schema types (`None` = unknown).
-fn convert_value(raw: &str, types: Option<&Types>) -> Json {
-    let as_string = || Json::String(raw.to_string());
-    match types {
-        Some(t) if t.string && !t.non_string() => as_string(),
-        Some(t) if !t.is_empty() && !t.string => {
-            parse_jsonish(raw.trim()).unwrap_or_else(as_string)
-        }
-        Some(t) if !t.is_empty() => match parse_jsonish(raw.trim()) {
-            Some(v) if t.allows(&v) => v,
-            _ => as_string(),
-        },
-        _ => parse_jsonish(raw.trim()).unwrap_or_else(as_string),
+/// A decimal digit string with single underscores between digits (Python's
+/// `digitpart`).
+fn is_digitpart(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('_')
+        && !s.ends_with('_')
+        && !s.contains("__")
+        && s.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+}
+
+/// An integer as JSON, when it fits 64 bits.
+fn int_json(negative: bool, magnitude: u128) -> Option<Json> {
+    if negative {
+        let v = i64::try_from(magnitude)
+            .ok()
+            .map(|m| -m)
+            .or_else(|| (magnitude == 1u128 << 63).then_some(i64::MIN))?;
+        Some(Json::from(v))
+    } else {
+        u64::try_from(magnitude).ok().map(Json::from)
     }
 }
 
-/// Outcome of parsing a tool call that starts at the beginning of a buffer.
+fn split_sign(s: &str) -> (bool, &str) {
+    match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    }
+}
+
+/// Python `int(s)` (base 10).
+fn py_int(s: &str) -> Option<Json> {
+    let (neg, digits) = split_sign(s.trim());
+    if !is_digitpart(digits) {
+        return None;
+    }
+    let mut m: u128 = 0;
+    for b in digits.bytes().filter(u8::is_ascii_digit) {
+        m = m.checked_mul(10)?.checked_add(u128::from(b - b'0'))?;
+    }
+    int_json(neg, m)
+}
+
+/// A Python float literal without sign: `digits[.digits][e[+-]digits]`,
+/// `.digits…` or `digits.`; underscores between digits.
+fn is_py_float_body(s: &str) -> bool {
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((a, b)) => {
+            (a.is_empty() || is_digitpart(a))
+                && (b.is_empty() || is_digitpart(b))
+                && !(a.is_empty() && b.is_empty())
+        }
+        None => is_digitpart(mantissa),
+    };
+    let exp_ok = match exp {
+        None => true,
+        Some(e) => is_digitpart(split_sign(e).1),
+    };
+    mantissa_ok && exp_ok
+}
+
+/// A finite float as JSON.
+fn float_json(f: f64) -> Option<Json> {
+    serde_json::Number::from_f64(f).map(Json::Number)
+}
+
+/// Python `float(s)`, then an integer when whole (the official parser's
+/// `number` rule). Infinities and NaN give `None`.
+fn py_number(s: &str) -> Option<Json> {
+    let t = s.trim();
+    let (neg, body) = split_sign(t);
+    if !is_py_float_body(body) {
+        return None;
+    }
+    let f: f64 = body.replace('_', "").parse().ok()?;
+    let f = if neg { -f } else { f };
+    if !f.is_finite() {
+        return None;
+    }
+    // Whole numbers become integers where JSON integers reach (exact casts:
+    // the bounds are powers of two).
+    if f.fract() == 0.0 {
+        if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+            return Some(Json::from(f as u64));
+        }
+        if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+            return Some(Json::from(f as i64));
+        }
+    }
+    float_json(f)
+}
+
+/// `true`/`false` in any case, `1`/`0`.
+fn py_bool(s: &str) -> Option<Json> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("true") || t == "1" {
+        Some(Json::Bool(true))
+    } else if t.eq_ignore_ascii_case("false") || t == "0" {
+        Some(Json::Bool(false))
+    } else {
+        None
+    }
+}
+
+fn is_null_word(s: &str) -> bool {
+    s.trim().eq_ignore_ascii_case("null")
+}
+
+/// JSON as Python's `json.loads` reads it: an integer `-0` is 0 (serde_json
+/// reads it as the float -0.0; the Python-literal reader spells numbers the
+/// same way as JSON and gets it right).
+fn json_value(s: &str) -> Option<Json> {
+    fn has_negative_zero(v: &Json) -> bool {
+        match v {
+            Json::Number(n) => n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()),
+            Json::Array(a) => a.iter().any(has_negative_zero),
+            Json::Object(m) => m.values().any(has_negative_zero),
+            _ => false,
+        }
+    }
+    let v: Json = serde_json::from_str(s).ok()?;
+    if has_negative_zero(&v) {
+        if let Some(p) = pylit::parse(s) {
+            return Some(p);
+        }
+    }
+    Some(v)
+}
+
+/// Convert a raw parameter value by its schema types (`None` = undeclared
+/// tool or parameter). The rules are in the module documentation.
+fn convert_value(raw: &str, types: Option<&Types>) -> Json {
+    let as_string = || Json::String(raw.to_string());
+    let t = match types {
+        Some(t) if !t.is_empty() => t,
+        _ if is_null_word(raw) => return Json::Null,
+        _ => return as_string(),
+    };
+    if t.string {
+        if !t.non_string() {
+            return as_string();
+        }
+        return match parse_jsonish(raw.trim()) {
+            Some(v) if t.allows(&v) => v,
+            _ => as_string(),
+        };
+    }
+    if is_null_word(raw) {
+        return Json::Null;
+    }
+    let mut conversions: Vec<fn(&str) -> Option<Json>> = Vec::new();
+    if t.integer {
+        conversions.push(py_int);
+    }
+    if t.number {
+        conversions.push(py_number);
+    }
+    if t.boolean {
+        conversions.push(py_bool);
+    }
+    if t.structured {
+        conversions.push(json_value);
+        conversions.push(pylit::parse);
+    }
+    if t.other || t.null {
+        conversions.push(pylit::parse);
+    }
+    conversions
+        .into_iter()
+        .find_map(|f| f(raw))
+        .unwrap_or_else(as_string)
+}
+
+/// Python literals as `ast.literal_eval` reads them (the official parser's
+/// fallback), for the subset JSON can hold: `None`, `True`, `False`, ints,
+/// floats, strings (quotes, prefixes `r`/`u`, escapes, adjacent
+/// concatenation), lists, tuples (→ arrays) and dicts with string, int,
+/// bool or `None` keys (→ objects, keys spelled as `json.dumps` does).
+/// Anything else (sets, bytes, complex numbers, calls, big integers,
+/// infinities) gives `None`.
+mod pylit {
+    use super::{float_json, int_json, is_digitpart, is_py_float_body};
+    use serde_json::{Map, Value as Json};
+
+    const MAX_DEPTH: usize = 64;
+
+    pub(super) fn parse(s: &str) -> Option<Json> {
+        let mut p = P { s, i: 0 };
+        let v = p.value(0)?;
+        p.ws();
+        (p.i == s.len()).then_some(v)
+    }
+
+    struct P<'a> {
+        s: &'a str,
+        i: usize,
+    }
+
+    impl P<'_> {
+        fn peek(&self) -> Option<char> {
+            self.s[self.i..].chars().next()
+        }
+        fn peek2(&self) -> Option<char> {
+            self.s[self.i..].chars().nth(1)
+        }
+        fn bump(&mut self) -> Option<char> {
+            let c = self.peek()?;
+            self.i += c.len_utf8();
+            Some(c)
+        }
+        fn eat(&mut self, c: char) -> bool {
+            if self.peek() == Some(c) {
+                self.i += c.len_utf8();
+                true
+            } else {
+                false
+            }
+        }
+        fn ws(&mut self) {
+            loop {
+                match self.peek() {
+                    Some(' ' | '\t' | '\n' | '\r' | '\x0c') => self.i += 1,
+                    Some('\\') if self.s[self.i + 1..].starts_with('\n') => self.i += 2,
+                    _ => return,
+                }
+            }
+        }
+
+        fn value(&mut self, depth: usize) -> Option<Json> {
+            if depth > MAX_DEPTH {
+                return None;
+            }
+            self.ws();
+            match self.peek()? {
+                '[' => {
+                    self.i += 1;
+                    self.items(']', depth).map(Json::Array)
+                }
+                '(' => {
+                    self.i += 1;
+                    self.ws();
+                    if self.eat(')') {
+                        return Some(Json::Array(Vec::new()));
+                    }
+                    let first = self.value(depth + 1)?;
+                    self.ws();
+                    if self.eat(')') {
+                        return Some(first);
+                    }
+                    if !self.eat(',') {
+                        return None;
+                    }
+                    let mut rest = self.items(')', depth)?;
+                    rest.insert(0, first);
+                    Some(Json::Array(rest))
+                }
+                '{' => {
+                    self.i += 1;
+                    self.dict(depth)
+                }
+                '+' | '-' => {
+                    let neg = self.bump()? == '-';
+                    self.ws();
+                    // `-(1)` is a signed constant too.
+                    let mut parens = 0;
+                    while self.eat('(') {
+                        parens += 1;
+                        self.ws();
+                    }
+                    let v = self.number(neg)?;
+                    for _ in 0..parens {
+                        self.ws();
+                        if !self.eat(')') {
+                            return None;
+                        }
+                    }
+                    Some(v)
+                }
+                c if c.is_ascii_digit() || c == '.' => self.number(false),
+                '\'' | '"' => self.strings(),
+                c if c.is_alphabetic() || c == '_' => {
+                    let start = self.i;
+                    while matches!(self.peek(), Some(c) if c.is_alphanumeric() || c == '_') {
+                        self.bump();
+                    }
+                    let word = &self.s[start..self.i];
+                    match word {
+                        "None" => Some(Json::Null),
+                        "True" => Some(Json::Bool(true)),
+                        "False" => Some(Json::Bool(false)),
+                        _ if matches!(self.peek(), Some('\'' | '"')) => {
+                            self.i = start;
+                            self.strings()
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        }
+
+        /// Comma-separated values up to `close` (trailing comma allowed).
+        fn items(&mut self, close: char, depth: usize) -> Option<Vec<Json>> {
+            let mut out = Vec::new();
+            loop {
+                self.ws();
+                if self.eat(close) {
+                    return Some(out);
+                }
+                out.push(self.value(depth + 1)?);
+                self.ws();
+                if self.eat(close) {
+                    return Some(out);
+                }
+                if !self.eat(',') {
+                    return None;
+                }
+            }
+        }
+
+        fn dict(&mut self, depth: usize) -> Option<Json> {
+            let mut m = Map::new();
+            // Python key equality (`True == 1`): the first spelling stays,
+            // the last value wins.
+            let mut spelling: Vec<(Json, String)> = Vec::new();
+            loop {
+                self.ws();
+                if self.eat('}') {
+                    return Some(Json::Object(m));
+                }
+                let k = self.value(depth + 1)?;
+                let identity = match &k {
+                    Json::Bool(b) => Json::from(u64::from(*b)),
+                    Json::Number(n) if n.is_f64() => return None,
+                    Json::Array(_) | Json::Object(_) => return None,
+                    other => other.clone(),
+                };
+                let key = match spelling.iter().find(|(id, _)| *id == identity) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let s = match &k {
+                            Json::String(s) => s.clone(),
+                            Json::Bool(b) => b.to_string(),
+                            Json::Null => "null".to_string(),
+                            other => other.to_string(),
+                        };
+                        spelling.push((identity, s.clone()));
+                        s
+                    }
+                };
+                self.ws();
+                // `{1, 2}` is a set: not JSON.
+                if !self.eat(':') {
+                    return None;
+                }
+                let v = self.value(depth + 1)?;
+                m.insert(key, v);
+                self.ws();
+                if self.eat('}') {
+                    return Some(Json::Object(m));
+                }
+                if !self.eat(',') {
+                    return None;
+                }
+            }
+        }
+
+        /// A number token (after an optional sign already read).
+        fn number(&mut self, neg: bool) -> Option<Json> {
+            let start = self.i;
+            let mut prev = '\0';
+            while let Some(c) = self.peek() {
+                let exp_sign = (c == '+' || c == '-') && (prev == 'e' || prev == 'E');
+                if !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || exp_sign) {
+                    break;
+                }
+                prev = c;
+                self.i += 1;
+            }
+            let tok = &self.s[start..self.i];
+            let lower = tok.to_ascii_lowercase();
+            let radix = |prefix: &str, r: u32| -> Option<Option<u128>> {
+                let body = lower.strip_prefix(prefix)?;
+                let body = body.strip_prefix('_').unwrap_or(body);
+                if body.is_empty()
+                    || body.ends_with('_')
+                    || body.contains("__")
+                    || body.starts_with('_')
+                {
+                    return Some(None);
+                }
+                Some(u128::from_str_radix(&body.replace('_', ""), r).ok())
+            };
+            let magnitude = match (radix("0x", 16), radix("0o", 8), radix("0b", 2)) {
+                (Some(m), _, _) | (_, Some(m), _) | (_, _, Some(m)) => Some(m?),
+                _ => None,
+            };
+            if let Some(m) = magnitude {
+                return int_json(neg, m);
+            }
+            if is_digitpart(tok) {
+                let digits: String = tok.chars().filter(char::is_ascii_digit).collect();
+                // Python 3 rejects leading zeros (`007`) except in zero.
+                if digits.len() > 1 && digits.starts_with('0') && digits.bytes().any(|b| b != b'0')
+                {
+                    return None;
+                }
+                let m: u128 = digits.parse().ok()?;
+                return int_json(neg, m);
+            }
+            if is_py_float_body(tok) {
+                let f: f64 = tok.replace('_', "").parse().ok()?;
+                return float_json(if neg { -f } else { f });
+            }
+            None
+        }
+
+        /// One or more adjacent string literals, concatenated.
+        fn strings(&mut self) -> Option<Json> {
+            let mut out = self.string()?;
+            loop {
+                let save = self.i;
+                self.ws();
+                let mut look = P {
+                    s: self.s,
+                    i: self.i,
+                };
+                while matches!(look.peek(), Some(c) if c.is_ascii_alphabetic()) {
+                    look.bump();
+                }
+                if matches!(look.peek(), Some('\'' | '"')) {
+                    out.push_str(&self.string()?);
+                } else {
+                    self.i = save;
+                    return Some(Json::String(out));
+                }
+            }
+        }
+
+        /// One string literal with an optional `r`/`u` prefix.
+        fn string(&mut self) -> Option<String> {
+            let start = self.i;
+            while matches!(self.peek(), Some(c) if c.is_ascii_alphabetic()) {
+                self.bump();
+            }
+            let raw = match self.s[start..self.i].to_ascii_lowercase().as_str() {
+                "" | "u" => false,
+                "r" => true,
+                _ => return None,
+            };
+            let q = self.bump()?;
+            if q != '\'' && q != '"' {
+                return None;
+            }
+            let triple = self.peek() == Some(q) && self.peek2() == Some(q);
+            if triple {
+                self.i += 2;
+            } else if self.eat(q) {
+                return Some(String::new());
+            }
+            let mut out = String::new();
+            loop {
+                let c = self.bump()?;
+                if c == q {
+                    if !triple {
+                        return Some(out);
+                    }
+                    if self.peek() == Some(q) && self.peek2() == Some(q) {
+                        self.i += 2;
+                        return Some(out);
+                    }
+                    out.push(c);
+                } else if c == '\n' && !triple {
+                    return None;
+                } else if c == '\\' {
+                    let e = self.bump()?;
+                    if raw {
+                        out.push('\\');
+                        out.push(e);
+                    } else {
+                        self.escape(e, &mut out)?;
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+        }
+
+        fn hex(&mut self, n: usize) -> Option<char> {
+            let h = self.s.get(self.i..self.i + n)?;
+            if !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            self.i += n;
+            char::from_u32(u32::from_str_radix(h, 16).ok()?)
+        }
+
+        fn escape(&mut self, e: char, out: &mut String) -> Option<()> {
+            let c = match e {
+                '\n' => return Some(()),
+                '\\' | '\'' | '"' => e,
+                'a' => '\x07',
+                'b' => '\x08',
+                'f' => '\x0c',
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                'v' => '\x0b',
+                'x' => self.hex(2)?,
+                'u' => self.hex(4)?,
+                'U' => self.hex(8)?,
+                '0'..='7' => {
+                    let mut v = e.to_digit(8)?;
+                    for _ in 0..2 {
+                        match self.peek().and_then(|c| c.to_digit(8)) {
+                            Some(d) => {
+                                v = v * 8 + d;
+                                self.i += 1;
+                            }
+                            None => break,
+                        }
+                    }
+                    char::from_u32(v)?
+                }
+                'N' => return None,
+                _ => {
+                    out.push('\\');
+                    e
+                }
+            };
+            out.push(c);
+            Some(())
+        }
+    }
+}
+
+/// Outcome of parsing a call (or one function block) at a buffer position.
 enum CallParse {
-    /// A complete call; `consumed` bytes belong to it.
+    /// A complete call; the buffer up to `end` belongs to it.
     Complete {
         name: String,
         arguments: Map<String, Json>,
-        consumed: usize,
+        end: usize,
     },
     /// More text is needed to decide.
     Incomplete,
+    /// More text is needed, and text without a `<` cannot decide anything
+    /// (inside a value, no tag since): parsing can wait for a `<`.
+    AwaitingTag,
     /// Not a valid call: the first `at` bytes (at least the trigger tag) are
     /// plain content.
     Malformed { at: usize },
@@ -343,6 +960,38 @@ fn skip_ws(s: &str, mut p: usize) -> usize {
 /// `rest` could still become `tag` (is a proper prefix of it, possibly empty).
 fn could_become(rest: &str, tag: &str) -> bool {
     rest.len() < tag.len() && tag.starts_with(rest)
+}
+
+/// Whether `rest` starts with one of `tags`: `Some(true)`, `Some(false)`,
+/// or `None` when it could still become one.
+fn starts_with_any(rest: &str, tags: &[&str]) -> Option<bool> {
+    if tags.iter().any(|t| rest.starts_with(t)) {
+        Some(true)
+    } else if tags.iter().any(|t| could_become(rest, t)) {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+/// Position `q` of `s` is at the start of a line (only spaces or tabs since
+/// the last newline).
+fn at_line_start(s: &str, q: usize) -> bool {
+    s[..q].trim_end_matches([' ', '\t']).ends_with('\n')
+}
+
+/// Strip one leading newline (`\n` or `\r\n`).
+fn strip_leading_newline(s: &str) -> &str {
+    s.strip_prefix("\r\n")
+        .or_else(|| s.strip_prefix('\n'))
+        .unwrap_or(s)
+}
+
+/// Strip one trailing newline (`\n` or `\r\n`).
+fn strip_trailing_newline(s: &str) -> &str {
+    s.strip_suffix("\r\n")
+        .or_else(|| s.strip_suffix('\n'))
+        .unwrap_or(s)
 }
 
 /// A `NAME>` at `p`: returns (name, position after `>`), or `Err(None)` when
@@ -367,47 +1016,167 @@ fn parse_tag_name(s: &str, p: usize) -> Result<(&str, usize), Option<usize>> {
 
 struct CallContext<'a> {
     tools: &'a HashMap<String, ToolInfo>,
-    /// The call started with `<tool_call>`.
-    opener: bool,
     /// End of stream: nothing more will come.
     eos: bool,
+    /// Where the scan of an unfinished value stopped last time (the buffer
+    /// only grew since), to resume there.
+    resume: Option<ValueScan>,
+    /// Where the scan of an unfinished value stops now.
+    stopped: Cell<Option<ValueScan>>,
+}
+
+/// The state of the scan for the end of a value: everything before `at` is
+/// decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ValueScan {
+    vstart: usize,
+    at: usize,
+    first_close: Option<usize>,
+}
+
+/// The end of a parameter value.
+struct ValueEnd {
+    /// Where the value text ends.
+    end: usize,
+    /// Where parsing resumes (after `</parameter>` when present).
+    next: usize,
 }
 
 impl CallContext<'_> {
-    fn need_more(&self, at_eos: usize) -> CallParse {
+    /// More text is needed; at the end of the stream the whole buffer is
+    /// content.
+    fn need_more(&self, s: &str) -> CallParse {
         if self.eos {
-            CallParse::Malformed { at: at_eos }
+            CallParse::Malformed { at: s.len() }
         } else {
             CallParse::Incomplete
         }
     }
 
-    /// Parse a call at the start of `s` (which starts with `<tool_call>` or,
-    /// without opener, `<function=`).
-    fn parse(&self, s: &str) -> CallParse {
-        let mut p = 0;
-        if self.opener {
-            p = skip_ws(s, TOOL_CALL_OPEN.len());
-            let rest = &s[p..];
-            if rest.starts_with('{') {
-                return self.parse_json(s, p);
-            }
-            if !rest.starts_with(FUNCTION_OPEN) {
-                return if could_become(rest, FUNCTION_OPEN) {
-                    self.need_more(s.len())
-                } else {
-                    CallParse::Malformed { at: p }
-                };
-            }
+    /// A `<tool_call>` at the start of `s`.
+    fn parse_block_start(&self, s: &str) -> CallParse {
+        let p = skip_ws(s, TOOL_CALL_OPEN.len());
+        let rest = &s[p..];
+        if rest.starts_with('{') {
+            return self.parse_json(s, p);
         }
-        // `<function=NAME>`
+        if rest.starts_with(FUNCTION_OPEN) {
+            return self.parse_function(s, p, false);
+        }
+        if could_become(rest, FUNCTION_OPEN) {
+            return self.need_more(s);
+        }
+        CallParse::Malformed { at: p }
+    }
+
+    /// Whether a tag at `q` inside a value ends the value although no
+    /// `</parameter>` came (`Err` = more text needed to decide).
+    fn ends_value_unclosed(&self, s: &str, q: usize) -> Result<bool, CallParse> {
+        let rest = &s[q..];
+        if rest.starts_with(FUNCTION_CLOSE) || rest.starts_with(TOOL_CALL_CLOSE) {
+            return Ok(true);
+        }
+        let tag_named = |open: &str| match parse_tag_name(s, q + open.len()) {
+            Ok(_) => Ok(true),
+            Err(None) if !self.eos => Err(CallParse::Incomplete),
+            Err(_) => Ok(false),
+        };
+        if rest.starts_with(PARAMETER_OPEN) {
+            return tag_named(PARAMETER_OPEN);
+        }
+        if !at_line_start(s, q) {
+            return Ok(false);
+        }
+        if rest.starts_with(FUNCTION_OPEN) {
+            return tag_named(FUNCTION_OPEN);
+        }
+        if rest.starts_with(TOOL_CALL_OPEN) {
+            let f = skip_ws(s, q + TOOL_CALL_OPEN.len());
+            return match starts_with_any(&s[f..], &[FUNCTION_OPEN]) {
+                Some(b) => Ok(b),
+                None if !self.eos => Err(CallParse::Incomplete),
+                None => Ok(false),
+            };
+        }
+        Ok(false)
+    }
+
+    /// Find the end of the value starting at `vstart`.
+    fn value_end(&self, s: &str, vstart: usize) -> Result<ValueEnd, CallParse> {
+        let (mut i, mut first_close) = match self.resume {
+            Some(r) if r.vstart == vstart && r.at <= s.len() => (r.at, r.first_close),
+            _ => (vstart, None),
+        };
+        let result = self.scan_value(s, &mut i, &mut first_close);
+        if matches!(result, Err(CallParse::Incomplete | CallParse::AwaitingTag)) {
+            self.stopped.set(Some(ValueScan {
+                vstart,
+                at: i,
+                first_close,
+            }));
+        }
+        result
+    }
+
+    /// The scan of [`value_end`](Self::value_end) from `*i`; on `Incomplete`
+    /// `*i` is the first undecided position.
+    fn scan_value(
+        &self,
+        s: &str,
+        i: &mut usize,
+        first_close: &mut Option<usize>,
+    ) -> Result<ValueEnd, CallParse> {
+        while let Some(off) = s[*i..].find('<') {
+            let q = *i + off;
+            *i = q;
+            let rest = &s[q..];
+            if rest.starts_with(PARAMETER_CLOSE) {
+                let next = q + PARAMETER_CLOSE.len();
+                let f = skip_ws(s, next);
+                match starts_with_any(&s[f..], &STRUCTURAL) {
+                    Some(true) => return Ok(ValueEnd { end: q, next }),
+                    None if !self.eos => return Err(CallParse::Incomplete),
+                    // The end of the stream (or a cut tag) follows: the
+                    // value ends here; the call is then incomplete.
+                    None => return Ok(ValueEnd { end: q, next }),
+                    Some(false) => {
+                        first_close.get_or_insert(q);
+                    }
+                }
+            } else if self.ends_value_unclosed(s, q)? {
+                if let Some(c) = *first_close {
+                    // `…</parameter> stray text <tag>`.
+                    return Err(CallParse::Malformed {
+                        at: c + PARAMETER_CLOSE.len(),
+                    });
+                }
+                return Ok(ValueEnd { end: q, next: q });
+            } else if !self.eos
+                && (could_become(rest, PARAMETER_CLOSE)
+                    || STRUCTURAL.iter().any(|t| could_become(rest, t)))
+            {
+                return Err(CallParse::Incomplete);
+            }
+            *i = q + 1;
+        }
+        *i = s.len();
+        Err(if self.eos {
+            CallParse::Malformed { at: s.len() }
+        } else {
+            CallParse::AwaitingTag
+        })
+    }
+
+    /// A `<function=NAME>` block at `p`; `bare`: not inside `<tool_call>`
+    /// (the tool must then be declared).
+    fn parse_function(&self, s: &str, p: usize, bare: bool) -> CallParse {
         let (name, mut p) = match parse_tag_name(s, p + FUNCTION_OPEN.len()) {
             Ok(v) => v,
-            Err(None) => return self.need_more(s.len()),
+            Err(None) => return self.need_more(s),
             Err(Some(at)) => return CallParse::Malformed { at },
         };
         let tool = self.tools.get(name);
-        if !self.opener && tool.is_none() {
+        if bare && tool.is_none() {
             return CallParse::Malformed { at: p };
         }
         let mut arguments = Map::new();
@@ -418,88 +1187,55 @@ impl CallContext<'_> {
                 p += FUNCTION_CLOSE.len();
                 break;
             }
+            // `</function>` missing: the call ends where the block or the
+            // next call starts.
+            if rest.starts_with(TOOL_CALL_CLOSE)
+                || rest.starts_with(TOOL_CALL_OPEN)
+                || rest.starts_with(FUNCTION_OPEN)
+            {
+                break;
+            }
             if !rest.starts_with(PARAMETER_OPEN) {
-                return if could_become(rest, PARAMETER_OPEN) || could_become(rest, FUNCTION_CLOSE) {
-                    self.need_more(s.len())
-                } else {
-                    CallParse::Malformed { at: p }
+                return match starts_with_any(rest, &STRUCTURAL) {
+                    None => self.need_more(s),
+                    Some(_) => CallParse::Malformed { at: p },
                 };
             }
             let (pname, after) = match parse_tag_name(s, p + PARAMETER_OPEN.len()) {
                 Ok(v) => v,
-                Err(None) => return self.need_more(s.len()),
+                Err(None) => return self.need_more(s),
                 Err(Some(at)) => return CallParse::Malformed { at },
             };
-            let mut vstart = after;
-            if s[vstart..].starts_with('\n') {
-                vstart += 1;
-            } else if s[vstart..].starts_with("\r\n") {
-                vstart += 2;
-            } else if s.len() == vstart {
-                return self.need_more(s.len());
+            // Wait for the newline that may follow the tag.
+            let tail = &s[after..];
+            if !self.eos && (tail.is_empty() || tail == "\r") {
+                return CallParse::Incomplete;
             }
-            // The value ends at the first `</parameter>` followed (after
-            // whitespace) by another parameter or `</function>`.
-            let mut search = vstart;
-            let vend = loop {
-                let Some(off) = s[search..].find(PARAMETER_CLOSE) else {
-                    return self.need_more(s.len());
-                };
-                let q = search + off;
-                let next = skip_ws(s, q + PARAMETER_CLOSE.len());
-                let rest = &s[next..];
-                if rest.starts_with(PARAMETER_OPEN) || rest.starts_with(FUNCTION_CLOSE) {
-                    break q;
-                }
-                if could_become(rest, PARAMETER_OPEN) || could_become(rest, FUNCTION_CLOSE) {
-                    return self.need_more(s.len());
-                }
-                search = q + 1;
+            let vstart = after + (tail.len() - strip_leading_newline(tail).len());
+            let ValueEnd { end, next } = match self.value_end(s, vstart) {
+                Ok(v) => v,
+                Err(e) => return e,
             };
-            let mut raw = &s[vstart..vend];
-            raw = raw
-                .strip_suffix("\r\n")
-                .or_else(|| raw.strip_suffix('\n'))
-                .unwrap_or(raw);
+            let raw = strip_trailing_newline(&s[vstart..end]);
             let types = tool.and_then(|t| t.params.get(pname));
             arguments.insert(pname.to_string(), convert_value(raw, types));
-            p = vend + PARAMETER_CLOSE.len();
+            p = next;
         }
-        let consumed = self.closing(s, p);
-        match consumed {
-            Some(consumed) => CallParse::Complete {
-                name: name.to_string(),
-                arguments,
-                consumed,
-            },
-            None => CallParse::Incomplete,
+        CallParse::Complete {
+            name: name.to_string(),
+            arguments,
+            end: p,
         }
     }
 
-    /// After the call body ending at `p`: swallow optional whitespace and
-    /// `</tool_call>`. `None` = undecided yet.
-    fn closing(&self, s: &str, p: usize) -> Option<usize> {
-        let q = skip_ws(s, p);
-        let rest = &s[q..];
-        if rest.starts_with(TOOL_CALL_CLOSE) {
-            return Some(q + TOOL_CALL_CLOSE.len());
-        }
-        if could_become(rest, TOOL_CALL_CLOSE) {
-            // A truncated closer at the end of the stream still belongs to
-            // the call.
-            return if self.eos { Some(s.len()) } else { None };
-        }
-        Some(p)
-    }
-
-    /// `<tool_call>` then `{"name": …, "arguments": …}` at `p`.
+    /// `{"name": …, "arguments": …}` at `p`.
     fn parse_json(&self, s: &str, p: usize) -> CallParse {
         let mut stream = serde_json::Deserializer::from_str(&s[p..]).into_iter::<Json>();
         let value = match stream.next() {
             Some(Ok(v)) => v,
-            Some(Err(e)) if e.is_eof() => return self.need_more(s.len()),
+            Some(Err(e)) if e.is_eof() => return self.need_more(s),
             Some(Err(_)) => return CallParse::Malformed { at: p },
-            None => return self.need_more(s.len()),
+            None => return self.need_more(s),
         };
         let end = p + stream.byte_offset();
         let Json::Object(mut obj) = value else {
@@ -518,13 +1254,10 @@ impl CallContext<'_> {
             },
             Some(_) => return CallParse::Malformed { at: p },
         };
-        match self.closing(s, end) {
-            Some(consumed) => CallParse::Complete {
-                name,
-                arguments,
-                consumed,
-            },
-            None => CallParse::Incomplete,
+        CallParse::Complete {
+            name,
+            arguments,
+            end,
         }
     }
 }
@@ -535,6 +1268,10 @@ impl CallContext<'_> {
 struct TextChannel {
     pending_ws: String,
     at_start: bool,
+    /// Something was emitted on this channel.
+    emitted: bool,
+    /// A call came since the last text: join the next text with `\n`.
+    separate: bool,
 }
 
 impl TextChannel {
@@ -542,6 +1279,8 @@ impl TextChannel {
         TextChannel {
             pending_ws: String::new(),
             at_start: true,
+            emitted: false,
+            separate: false,
         }
     }
     fn push(&mut self, s: &str) -> Option<String> {
@@ -549,15 +1288,22 @@ impl TextChannel {
         if s.is_empty() {
             return None;
         }
+        let mut out = std::mem::take(&mut self.pending_ws);
+        if self.at_start && self.separate && self.emitted {
+            out.push('\n');
+        }
         self.at_start = false;
+        self.separate = false;
         let body = s.trim_end();
         if body.is_empty() {
-            self.pending_ws.push_str(s);
+            // Only whitespace (never right after a boundary: trimmed above).
+            out.push_str(s);
+            self.pending_ws = out;
             return None;
         }
-        let mut out = std::mem::take(&mut self.pending_ws);
         out.push_str(body);
         self.pending_ws.push_str(&s[body.len()..]);
+        self.emitted = true;
         Some(out)
     }
     /// A tag or the end of the stream: drop held whitespace and trim the
@@ -566,13 +1312,67 @@ impl TextChannel {
         self.pending_ws.clear();
         self.at_start = true;
     }
+    /// After a tool call: like [`boundary`](Self::boundary), and the next
+    /// text is separated from the earlier one.
+    fn boundary_after_call(&mut self) {
+        self.boundary();
+        self.separate = true;
+    }
+}
+
+/// What the raw text just before the buffer looks like (for the rules on
+/// where a call may start).
+#[derive(Clone, Debug)]
+struct TextContext {
+    /// Only spaces or tabs since the last newline (or the message start).
+    line_start: bool,
+    /// The last character.
+    prev: Option<char>,
+    /// The last few non-whitespace characters.
+    recent: String,
+}
+
+impl TextContext {
+    fn start() -> TextContext {
+        TextContext {
+            line_start: true,
+            prev: None,
+            recent: String::new(),
+        }
+    }
+    fn advance(&mut self, s: &str) {
+        for c in s.chars() {
+            if c == '\n' {
+                self.line_start = true;
+            } else if c != ' ' && c != '\t' {
+                self.line_start = false;
+            }
+            if !c.is_whitespace() {
+                if self.recent.len() >= 4 * TOOL_CALL_OPEN.len() {
+                    let cut = self.recent.len() - 2 * TOOL_CALL_OPEN.len();
+                    let cut = (cut..self.recent.len())
+                        .find(|&i| self.recent.is_char_boundary(i))
+                        .unwrap_or(0);
+                    self.recent.drain(..cut);
+                }
+                self.recent.push(c);
+            }
+            self.prev = Some(c);
+        }
+    }
 }
 
 #[derive(Debug)]
 enum Mode {
     Content,
     Reasoning,
-    Call { opener: bool },
+    /// At a `<tool_call>` (`opener`) or a bare `<function=`.
+    Call {
+        opener: bool,
+    },
+    /// After a call inside a `<tool_call>` block: more `<function=` blocks
+    /// or `</tool_call>` may follow.
+    Block,
 }
 
 static PARSER_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -605,6 +1405,14 @@ pub struct ToolCallParser {
     content: TextChannel,
     reasoning: TextChannel,
     reasoning_seen: bool,
+    /// The raw content text before `buf`.
+    ctx: TextContext,
+    /// The call in `buf` is inside a value: only a `<` can change anything,
+    /// so text without one is appended without parsing again (long values
+    /// stream in linear time).
+    awaiting_tag: bool,
+    /// Where the scan of the unfinished value in `buf` stopped.
+    value_scan: Option<ValueScan>,
     message: ParsedMessage,
     finished: bool,
 }
@@ -627,6 +1435,9 @@ impl ToolCallParser {
             content: TextChannel::new(),
             reasoning: TextChannel::new(),
             reasoning_seen: starts_in_reasoning,
+            ctx: TextContext::start(),
+            awaiting_tag: false,
+            value_scan: None,
             message: ParsedMessage::default(),
             finished: false,
         }
@@ -638,6 +1449,10 @@ impl ToolCallParser {
             return Vec::new();
         }
         self.buf.push_str(text);
+        if self.awaiting_tag && !text.contains('<') {
+            return Vec::new();
+        }
+        self.awaiting_tag = false;
         let mut out = Vec::new();
         self.process(false, &mut out);
         out
@@ -650,6 +1465,7 @@ impl ToolCallParser {
             return Vec::new();
         }
         let mut out = Vec::new();
+        self.awaiting_tag = false;
         self.process(true, &mut out);
         self.content.boundary();
         self.reasoning.boundary();
@@ -676,6 +1492,7 @@ impl ToolCallParser {
     }
 
     fn emit_content(&mut self, s: &str, out: &mut Vec<Delta>) {
+        self.ctx.advance(s);
         if let Some(t) = self.content.push(s) {
             self.message.content.push_str(&t);
             out.push(Delta::Content(t));
@@ -690,11 +1507,13 @@ impl ToolCallParser {
     }
 
     fn take_buf(&mut self, n: usize) -> String {
+        // Positions in the buffer change.
+        self.value_scan = None;
         let rest = self.buf.split_off(n);
         std::mem::replace(&mut self.buf, rest)
     }
 
-    /// Which tags are live in content mode.
+    /// Which tags are live in content mode (before the context rules).
     fn content_triggers(&self) -> [(&'static str, bool); 3] {
         let think = self.opts.parse_reasoning
             && !self.reasoning_seen
@@ -709,48 +1528,66 @@ impl ToolCallParser {
         ]
     }
 
+    /// Find the first live tag in the buffer: `Ok((pos, tag))`, or
+    /// `Err(hold_from)`: no tag, and text from `hold_from` on could still
+    /// become one.
+    fn find_trigger(&self, eos: bool) -> Result<(usize, &'static str), usize> {
+        let triggers = self.content_triggers();
+        let mut ctx = self.ctx.clone();
+        let mut last = 0;
+        for (pos, _) in self.buf.match_indices('<') {
+            ctx.advance(&self.buf[last..pos]);
+            last = pos;
+            let rest = &self.buf[pos..];
+            let live = |tag: &str| match tag {
+                // `<think>` only opens the message.
+                THINK_OPEN => self.buf[..pos].trim().is_empty(),
+                // Inline code (`` `<tool_call>` ``) is never a call.
+                TOOL_CALL_OPEN => ctx.prev != Some('`'),
+                // A bare function: at a line start, and not right after a
+                // `<tool_call>` that was not a call.
+                FUNCTION_OPEN => {
+                    ctx.prev != Some('`') && ctx.line_start && !ctx.recent.ends_with(TOOL_CALL_OPEN)
+                }
+                _ => true,
+            };
+            if let Some(&(tag, _)) = triggers
+                .iter()
+                .find(|(t, on)| *on && rest.starts_with(t) && live(t))
+            {
+                return Ok((pos, tag));
+            }
+            if !eos && triggers.iter().any(|(t, on)| *on && could_become(rest, t)) {
+                return Err(pos);
+            }
+        }
+        Err(self.buf.len())
+    }
+
     fn process(&mut self, eos: bool, out: &mut Vec<Delta>) {
         loop {
             match self.mode {
-                Mode::Content => {
-                    let triggers = self.content_triggers();
-                    let mut found = None;
-                    let mut hold_from = self.buf.len();
-                    for (pos, _) in self.buf.match_indices('<') {
-                        let rest = &self.buf[pos..];
-                        if let Some(&(tag, _)) =
-                            triggers.iter().find(|(t, on)| *on && rest.starts_with(t))
-                        {
-                            found = Some((pos, tag));
-                            break;
-                        }
-                        if !eos && triggers.iter().any(|(t, on)| *on && could_become(rest, t)) {
-                            hold_from = pos;
-                            break;
+                Mode::Content => match self.find_trigger(eos) {
+                    Ok((pos, tag)) => {
+                        let text = self.take_buf(pos);
+                        self.emit_content(&text, out);
+                        if tag == THINK_OPEN {
+                            self.content.boundary();
+                            self.take_buf(THINK_OPEN.len());
+                            self.reasoning_seen = true;
+                            self.mode = Mode::Reasoning;
+                        } else {
+                            self.mode = Mode::Call {
+                                opener: tag == TOOL_CALL_OPEN,
+                            };
                         }
                     }
-                    match found {
-                        Some((pos, tag)) => {
-                            let text = self.take_buf(pos);
-                            self.emit_content(&text, out);
-                            if tag == THINK_OPEN {
-                                self.content.boundary();
-                                self.take_buf(THINK_OPEN.len());
-                                self.reasoning_seen = true;
-                                self.mode = Mode::Reasoning;
-                            } else {
-                                self.mode = Mode::Call {
-                                    opener: tag == TOOL_CALL_OPEN,
-                                };
-                            }
-                        }
-                        None => {
-                            let text = self.take_buf(hold_from);
-                            self.emit_content(&text, out);
-                            return;
-                        }
+                    Err(hold_from) => {
+                        let text = self.take_buf(hold_from);
+                        self.emit_content(&text, out);
+                        return;
                     }
-                }
+                },
                 Mode::Reasoning => {
                     if let Some(pos) = self.buf.find(THINK_CLOSE) {
                         let text = self.take_buf(pos);
@@ -758,6 +1595,7 @@ impl ToolCallParser {
                         self.take_buf(THINK_CLOSE.len());
                         self.reasoning.boundary();
                         self.content.boundary();
+                        self.ctx = TextContext::start();
                         self.mode = Mode::Content;
                         continue;
                     }
@@ -777,30 +1615,88 @@ impl ToolCallParser {
                 Mode::Call { opener } => {
                     let ctx = CallContext {
                         tools: &self.tools,
-                        opener,
                         eos,
+                        resume: self.value_scan,
+                        stopped: Cell::new(None),
                     };
-                    match ctx.parse(&self.buf) {
-                        CallParse::Incomplete => return,
-                        CallParse::Malformed { at } => {
-                            // Progress is guaranteed: `at` is past the trigger.
-                            let at = at.max(1).min(self.buf.len());
-                            let text = self.take_buf(at);
-                            self.emit_content(&text, out);
-                            self.mode = Mode::Content;
-                        }
-                        CallParse::Complete {
-                            name,
-                            arguments,
-                            consumed,
-                        } => {
-                            self.take_buf(consumed);
-                            self.emit_call(name, arguments, out);
-                            self.content.boundary();
-                            self.mode = Mode::Content;
-                        }
+                    let parsed = if opener {
+                        ctx.parse_block_start(&self.buf)
+                    } else {
+                        ctx.parse_function(&self.buf, 0, true)
+                    };
+                    self.value_scan = ctx.stopped.get();
+                    if !self.apply(parsed, out) {
+                        return;
                     }
                 }
+                Mode::Block => {
+                    let p = skip_ws(&self.buf, 0);
+                    let rest = &self.buf[p..];
+                    if rest.starts_with(TOOL_CALL_CLOSE) {
+                        self.take_buf(p + TOOL_CALL_CLOSE.len());
+                        self.mode = Mode::Content;
+                    } else if rest.starts_with(FUNCTION_OPEN) {
+                        let ctx = CallContext {
+                            tools: &self.tools,
+                            eos,
+                            resume: self.value_scan,
+                            stopped: Cell::new(None),
+                        };
+                        let parsed = ctx.parse_function(&self.buf, p, false);
+                        self.value_scan = ctx.stopped.get();
+                        if !self.apply(parsed, out) {
+                            return;
+                        }
+                    } else if could_become(rest, TOOL_CALL_CLOSE)
+                        || could_become(rest, FUNCTION_OPEN)
+                    {
+                        if !eos {
+                            return;
+                        }
+                        // A cut `</tool_call>` at the end still closes the
+                        // block; a cut `<function=` is content.
+                        if could_become(rest, TOOL_CALL_CLOSE) {
+                            self.take_buf(self.buf.len());
+                        }
+                        self.mode = Mode::Content;
+                    } else {
+                        self.mode = Mode::Content;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Act on a call parse; `false` when more text is needed.
+    fn apply(&mut self, parsed: CallParse, out: &mut Vec<Delta>) -> bool {
+        match parsed {
+            CallParse::Incomplete => false,
+            CallParse::AwaitingTag => {
+                self.awaiting_tag = true;
+                false
+            }
+            CallParse::Malformed { at } => {
+                // Progress is guaranteed: `at` is past the trigger.
+                let mut at = at.clamp(1, self.buf.len());
+                while !self.buf.is_char_boundary(at) {
+                    at += 1;
+                }
+                let text = self.take_buf(at);
+                self.emit_content(&text, out);
+                self.mode = Mode::Content;
+                true
+            }
+            CallParse::Complete {
+                name,
+                arguments,
+                end,
+            } => {
+                self.take_buf(end);
+                self.emit_call(name, arguments, out);
+                self.content.boundary_after_call();
+                self.ctx = TextContext::start();
+                self.mode = Mode::Block;
+                true
             }
         }
     }

@@ -43,6 +43,23 @@ enum Piece {
     Bad(&'static str),
 }
 
+/// A call complete once `marker` (its first occurrence, or `extra` bytes
+/// past the end of `raw` when `marker` is empty) has been read.
+fn call_at(
+    raw: &'static str,
+    marker: &str,
+    extra: usize,
+    name: &'static str,
+    args: Value,
+) -> Piece {
+    let done = if marker.is_empty() {
+        raw.len() + extra
+    } else {
+        raw.find(marker).expect("marker") + marker.len()
+    };
+    Piece::Call(raw, done, name, args)
+}
+
 fn call(raw: &'static str, name: &'static str, args: Value) -> Piece {
     // Complete once the body is closed (`</function>` or the JSON object's end).
     let done = if let Some(p) = raw.find("</function>") {
@@ -92,8 +109,8 @@ fn cases() -> Vec<Case> {
                opts: opts(), content: "Reading, then editing.", reasoning: "" },
         Case { name: "typed_values", pieces: vec![
                 call("<tool_call>\n<function=typed>\n<parameter=n>\n-1.5e3\n</parameter>\n<parameter=i>\n 42 \n</parameter>\n<parameter=b>\nfalse\n</parameter>\n<parameter=z>\nNone\n</parameter>\n<parameter=o>\n{\"k\": [1, {\"x\": null}], \"s\": \"ü<&>\"}\n</parameter>\n<parameter=a>\n[]\n</parameter>\n<parameter=sn>\n007\n</parameter>\n<parameter=sn2>\n7.25\n</parameter>\n<parameter=any>\ntrue\n</parameter>\n<parameter=s>\n123\n</parameter>\n<parameter=unknown>\n{\"u\": 1}\n</parameter>\n<parameter=unknown2>\nplain words\n</parameter>\n<parameter=i_bad>\nnot a number\n</parameter>\n</function>\n</tool_call>",
-                     "typed", json!({"n": -1500.0, "i": 42, "b": false, "z": null, "o": {"k": [1, {"x": null}], "s": "ü<&>"},
-                                     "a": [], "sn": "007", "sn2": 7.25, "any": true, "s": "123", "unknown": {"u": 1},
+                     "typed", json!({"n": -1500, "i": 42, "b": false, "z": null, "o": {"k": [1, {"x": null}], "s": "ü<&>"},
+                                     "a": [], "sn": "007", "sn2": 7.25, "any": true, "s": "123", "unknown": "{\"u\": 1}",
                                      "unknown2": "plain words", "i_bad": "not a number"}))],
                opts: opts(), content: "", reasoning: "" },
         Case { name: "think_then_call", pieces: vec![
@@ -148,11 +165,54 @@ fn cases() -> Vec<Case> {
                content: "Write <function=foo> in the docs; compare a<b, <div>, <tool_ and <thinking>.", reasoning: "" },
         Case { name: "undeclared_name_with_opener", pieces: vec![
                 call("<tool_call>\n<function=search>\n<parameter=q>\n\"quoted\"\n</parameter>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>",
-                     "search", json!({"q": "quoted", "n": 5}))],
+                     "search", json!({"q": "\"quoted\"", "n": "5"}))],
                opts: opts(), content: "", reasoning: "" },
         Case { name: "tool_calls_disabled", pieces: vec![Text("<tool_call>\n<function=read>\n</function>\n</tool_call>")],
                opts: ParserOptions { parse_tool_calls: false, ..opts() },
                content: "<tool_call>\n<function=read>\n</function>\n</tool_call>", reasoning: "" },
+        // Malformed output the official parser recovers from.
+        Case { name: "missing_every_close_then_good_call", pieces: vec![
+                Text("Two reads.\n"),
+                call_at("<tool_call>\n<function=read>\n<parameter=path>\na.rs\n", "", "<tool_call>\n<function=".len(),
+                        "read", json!({"path": "a.rs"})),
+                read_main()],
+               opts: opts(), content: "Two reads.", reasoning: "" },
+        Case { name: "missing_function_close_then_good_call", pieces: vec![
+                call_at("<tool_call>\n<function=read>\n<parameter=path>\na.rs\n</parameter>\n</tool_call>", "</tool_call>", 0,
+                        "read", json!({"path": "a.rs"})),
+                Text("\n"), read_main()],
+               opts: opts(), content: "", reasoning: "" },
+        Case { name: "missing_parameter_close", pieces: vec![
+                call("<tool_call>\n<function=edit>\n<parameter=path>\na.rs\n<parameter=dry_run>\nTRUE\n<parameter=scale>\n+5\n</function>\n</tool_call>",
+                     "edit", json!({"path": "a.rs", "dry_run": true, "scale": 5})),
+                call_at("\n<tool_call>\n<function=read>\n<parameter=offset>\n007</tool_call>", "</tool_call>", 0,
+                        "read", json!({"offset": 7}))],
+               opts: opts(), content: "", reasoning: "" },
+        Case { name: "two_functions_one_block_and_text_around", pieces: vec![
+                Text("First a, then b.\n\n"),
+                call("<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n</function>",
+                     "read", json!({"path": "a"})),
+                call("\n<function=edit>\n<parameter=edits>\n[{'old': 'x', 'new': None}, (1, 2.5)]\n</parameter>\n</function>\n</tool_call>",
+                     "edit", json!({"edits": [{"old": "x", "new": null}, [1, 2.5]]})),
+                Text("\n\nBoth done;\n"), read_main(), Text("\nAll done.\n")],
+               opts: opts(), content: "First a, then b.\nBoth done;\nAll done.", reasoning: "" },
+        Case { name: "crlf", pieces: vec![
+                Text("Editing.\r\n\r\n"),
+                call("<tool_call>\r\n<function=edit>\r\n<parameter=path>\r\na.rs\r\n</parameter>\r\n<parameter=new>\r\nx\r\ny\r\n</parameter>\r\n</function>\r\n</tool_call>",
+                     "edit", json!({"path": "a.rs", "new": "x\r\ny"})),
+                Text("\r\nDone.\r\n")],
+               opts: opts(), content: "Editing.\nDone.", reasoning: "" },
+        Case { name: "prose_and_inline_code_are_not_calls", pieces: vec![
+                Text("Use the `<tool_call>` tag, or `<function=read>`, e.g. `<tool_call>\n<function=read>\n<parameter=path>\nx\n</parameter>\n</function>\n</tool_call>`.\nEmit <tool_call> then <function=NAME>.")],
+               opts: opts(),
+               content: "Use the `<tool_call>` tag, or `<function=read>`, e.g. `<tool_call>\n<function=read>\n<parameter=path>\nx\n</parameter>\n</function>\n</tool_call>`.\nEmit <tool_call> then <function=NAME>.",
+               reasoning: "" },
+        Case { name: "stray_text_after_parameter", pieces: vec![
+                Bad("<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n"),
+                Text("oops\n</function>\n</tool_call>\n"), read_main()],
+               opts: opts(),
+               content: "<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\noops\n</function>\n</tool_call>",
+               reasoning: "" },
     ]
 }
 
@@ -178,6 +238,8 @@ fn model_prefix(
 ) -> (String, String, Vec<(String, Value)>) {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
     let mut off = 0;
+    // After a call, inside a `<tool_call>` block not yet closed.
+    let mut in_block = false;
     for p in pieces {
         let raw = match p {
             Piece::Text(s) | Piece::Bad(s) | Piece::Think(s, _) | Piece::Call(s, _, _, _) => *s,
@@ -187,7 +249,10 @@ fn model_prefix(
         }
         let cut = (k - off).min(raw.len());
         match p {
-            Piece::Text(_) | Piece::Bad(_) => content.push_str(&raw[..cut]),
+            Piece::Text(_) | Piece::Bad(_) => {
+                content.push_str(&raw[..cut]);
+                in_block &= raw[..cut].trim().is_empty();
+            }
             Piece::Think(_, body) => {
                 let open = if in_reasoning { 0 } else { "<think>".len() };
                 let close = raw.find("</think>").unwrap();
@@ -200,10 +265,17 @@ fn model_prefix(
                 }
             }
             Piece::Call(_, done, name, args) => {
-                if cut >= *done {
+                // `done` may lie in the next piece (a call ended by the
+                // start of the next one).
+                if k - off >= *done {
                     calls.push((name.to_string(), args.clone()));
+                    in_block = !raw.contains("</tool_call>");
+                } else if in_block && raw[..cut].trim() == "<" {
+                    // A lone `<` in an open block at the end of the stream
+                    // is taken as a cut `</tool_call>`.
                 } else {
                     content.push_str(&raw[..cut]);
+                    in_block = false;
                 }
             }
         }
@@ -478,4 +550,91 @@ fn openai_shapes() {
     assert_ne!(a.tool_calls[0].id, b.tool_calls[0].id);
     assert!(ParserOptions::for_prompt("<|im_start|>assistant\n<think>\n").starts_in_reasoning);
     assert!(!ParserOptions::for_prompt("<|im_start|>assistant\n").starts_in_reasoning);
+}
+
+/// Random mixes of tag fragments, values and text: no panic, the deltas
+/// concatenate to the message, the message does not depend on how the text
+/// is split, and every call's arguments are a JSON object.
+#[test]
+fn random_tag_soup_keeps_the_invariants() {
+    use rand::{Rng, SeedableRng};
+    const FRAGMENTS: &[&str] = &[
+        "<tool_call>", "</tool_call>", "<function=read>", "<function=edit>", "<function=search>",
+        "<function=", "</function>", "<parameter=path>", "<parameter=offset>", "<parameter=dry_run>",
+        "<parameter=edits>", "<parameter=", "</parameter>", "<think>", "</think>", "<tool_", "</para",
+        "<", ">", "=", "\n", "\r\n", " ", "\t", "`", "```", "{", "}", "[", "]", "'", "\"", "\\", ",",
+        ":", "text", "ü", "🚀", "007", "+5", "1.5e3", "TRUE", "null", "None", "[1, 'a']",
+        "{'k': (1,)}", "{\"name\": \"read\", \"arguments\": {}}", "x</parameter>y",
+        "<tool_call>\n<function=read>\n<parameter=path>\na\n</parameter>\n</function>\n</tool_call>",
+        "\n<parameter=offset>\n7\n", "<tool_call>\n<function=edit>\n", "\n</parameter>\n</function>\n",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7001_ca11);
+    for iter in 0..5000 {
+        let n = rng.gen_range(0..40);
+        let text: String = (0..n)
+            .map(|_| FRAGMENTS[rng.gen_range(0..FRAGMENTS.len())])
+            .collect();
+        let o = ParserOptions {
+            starts_in_reasoning: iter % 5 == 0,
+            parse_reasoning: iter % 11 != 0,
+            ..opts()
+        };
+        let (deltas, whole) = run(&text, &[], &o);
+        assert_eq!(assemble(&deltas), whole, "{text:?}: deltas");
+        for c in &whole.tool_calls {
+            let v: Value = serde_json::from_str(&c.arguments)
+                .unwrap_or_else(|e| panic!("{text:?}: arguments {:?}: {e}", c.arguments));
+            assert!(v.is_object(), "{text:?}: arguments not an object");
+        }
+        let all: Vec<usize> = text.char_indices().map(|(i, _)| i).skip(1).collect();
+        let (deltas, msg) = run(&text, &all, &o);
+        assert_eq!(assemble(&deltas), msg, "{text:?}: char by char: deltas");
+        assert_eq!(msg, whole, "{text:?}: char by char");
+        let mut cuts: Vec<usize> = all.iter().copied().filter(|_| rng.gen_bool(0.2)).collect();
+        cuts.dedup();
+        let (deltas, msg) = run(&text, &cuts, &o);
+        assert_eq!(assemble(&deltas), msg, "{text:?}: cuts {cuts:?}: deltas");
+        assert_eq!(msg, whole, "{text:?}: cuts {cuts:?}");
+    }
+}
+
+/// A long value streamed in small pieces stays about linear: text without a
+/// `<` is not parsed again, and the scan of an unfinished value resumes
+/// where it stopped (re-parsing the call on every piece is quadratic: about
+/// 1 s for 256 KiB of text, a minute for 2 MiB, more with many `<`).
+#[test]
+fn long_value_streams_in_linear_time() {
+    let line = "    let total = values.iter().map(|v| v * 2).sum::<u64>() + offset;\n";
+    let plain = "0123456789 abcdefghij ".repeat(3);
+    let mut value = String::new();
+    while value.len() < 1 << 21 {
+        value.push_str(if value.len() % 65_536 < 70 {
+            line
+        } else {
+            &plain
+        });
+    }
+    // Then HTML: a `<` every few bytes.
+    while value.len() < 5 << 19 {
+        value.push_str("<div class=\"row\"><span>a &lt; b</span><br/></div>\n");
+    }
+    let text = format!(
+        "Writing.\n<tool_call>\n<function=write>\n<parameter=path>\nbig.rs\n</parameter>\n<parameter=content>\n{value}\n</parameter>\n</function>\n</tool_call>"
+    );
+    let start = std::time::Instant::now();
+    let mut p = ToolCallParser::new(&tools(), opts());
+    let mut deltas = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        let j = (i + 4).min(text.len());
+        deltas.extend(p.push(&text[i..j]));
+        i = j;
+    }
+    deltas.extend(p.finish());
+    let msg = p.into_message();
+    assert_eq!(assemble(&deltas), msg);
+    assert_eq!(msg.content, "Writing.");
+    let args: Value = serde_json::from_str(&msg.tool_calls[0].arguments).unwrap();
+    assert_eq!(args, json!({"path": "big.rs", "content": value}));
+    eprintln!("2.5 MiB value in 4-byte pieces: {:?}", start.elapsed());
 }
