@@ -108,15 +108,25 @@ impl<'a> Loader<'a> {
     }
 
     fn find(&self, name: &str) -> Result<usize, ModelError> {
-        self.f
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| self.err(name, "missing"))
+        if let Some(i) = self.f.tensors.iter().position(|t| t.name == name) {
+            return Ok(i);
+        }
+        Err(match self.f.unknown_tensor(name) {
+            Some(u) => self.err(
+                name,
+                format!(
+                    "ggml type id {} (tensor record at byte {}) is not a type this build knows",
+                    u.type_id, u.info_offset
+                ),
+            ),
+            None => self.err(name, "missing"),
+        })
     }
 
+    /// Whether the file has the tensor (of a known or an unknown type: an
+    /// unknown one then fails, by name, where it is loaded).
     fn has(&self, name: &str) -> bool {
-        self.f.tensor_info(name).is_some()
+        self.f.tensor_info(name).is_some() || self.f.unknown_tensor(name).is_some()
     }
 
     /// Check dims (trailing 1s ignored) and byte size; returns the tensor index.
