@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use redlite_gguf::GgufFile;
 
+use crate::rope::RopeScaling;
 use crate::ModelError;
 
 pub const ARCH: &str = "qwen3next";
@@ -27,6 +28,8 @@ pub struct Config {
     /// Rotated dims per head (partial NeoX RoPE).
     pub n_rot: usize,
     pub rope_theta: f32,
+    /// `rope.scaling.*` (none, linear or YaRN).
+    pub rope_scaling: RopeScaling,
     pub rms_eps: f32,
     pub n_expert: usize,
     pub n_expert_used: usize,
@@ -192,17 +195,20 @@ impl Config {
                 msg: format!("row length {embd} differs from embedding_length {n_embd}"),
             });
         }
+        let context_length = opt("context_length")?.unwrap_or(0);
+        let rope_scaling = RopeScaling::from_gguf(f, &path, context_length)?;
         Ok(Config {
             vocab_size,
             n_layer,
             nextn_predict_layers: nextn,
-            context_length: opt("context_length")?.unwrap_or(0),
+            context_length,
             n_embd,
             n_head,
             n_head_kv,
             head_dim,
             n_rot,
             rope_theta,
+            rope_scaling,
             rms_eps,
             n_expert,
             n_expert_used,

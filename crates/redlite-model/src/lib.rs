@@ -16,10 +16,12 @@ use redlite_gguf::{GgufError, GgufFile};
 
 mod config;
 mod qwen3next;
+mod rope;
 mod weights;
 
 pub use config::Config;
 pub use qwen3next::State;
+pub use rope::{RopeScaling, RopeScalingType};
 
 /// Everything that can go wrong loading or running a model. Every load error
 /// names the file and the tensor or metadata key concerned.
@@ -65,6 +67,10 @@ pub struct Model {
     gguf: GgufFile,
     config: Config,
     weights: weights::Weights,
+    rope: rope::Rope,
+    /// Tests only: cos/sin pairs `[pos][n_rot/2]` used instead of `rope`.
+    #[cfg(test)]
+    rope_override: Option<Vec<Vec<(f32, f32)>>>,
     backend: Arc<dyn Backend>,
 }
 
@@ -80,10 +86,14 @@ impl Model {
         let gguf = GgufFile::open(path)?;
         let config = Config::from_gguf(&gguf)?;
         let weights = weights::Weights::load(&gguf, &config)?;
+        let rope = rope::Rope::new(config.n_rot, config.rope_theta, &config.rope_scaling);
         Ok(Model {
             gguf,
             config,
             weights,
+            rope,
+            #[cfg(test)]
+            rope_override: None,
             backend,
         })
     }

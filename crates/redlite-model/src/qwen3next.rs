@@ -16,6 +16,7 @@
 use redlite_backend::{AttnShape, Backend, DeltaInputs};
 
 use crate::config::Config;
+use crate::rope;
 use crate::weights::{expert, qmat, AttnW, DeltaNetW, Mixer, MoeW};
 use crate::{Model, ModelError, Trace};
 
@@ -312,22 +313,6 @@ fn l2_norm_rows(x: &mut [f32], dim: usize, eps: f32, scale: f64) {
     }
 }
 
-/// Partial NeoX RoPE in place on `[heads, head_dim]` at position `pos`:
-/// pairs `(i, i + n_rot/2)` for `i < n_rot/2`; dims from `n_rot` pass through.
-fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, theta: f32, pos: usize) {
-    let half = n_rot / 2;
-    for i in 0..half {
-        let freq = (theta as f64).powf(-2.0 * i as f64 / n_rot as f64);
-        let (sin, cos) = (pos as f64 * freq).sin_cos();
-        let (sin, cos) = (sin as f32, cos as f32);
-        for head in x.chunks_mut(head_dim) {
-            let (x0, x1) = (head[i], head[i + half]);
-            head[i] = x0 * cos - x1 * sin;
-            head[i + half] = x1 * cos + x0 * sin;
-        }
-    }
-}
-
 /// Gated full attention over a batch at positions `pos0..pos0+t`; returns `[t, D]`.
 #[allow(clippy::too_many_arguments)]
 fn attention(
@@ -362,22 +347,18 @@ fn attention(
     be.rms_norm(&mut k, hd, Some(&w.k_norm), c.rms_eps);
     tr.put("Qcur_normed", Some(il), t, &q);
     tr.put("Kcur_normed", Some(il), t, &k);
+    let mut cs = Vec::with_capacity(c.n_rot / 2);
     for tt in 0..t {
         let pos = pos0 + tt;
-        rope(
-            &mut q[tt * nh * hd..(tt + 1) * nh * hd],
-            hd,
-            c.n_rot,
-            c.rope_theta,
-            pos,
-        );
-        rope(
-            &mut k[tt * nkv * hd..(tt + 1) * nkv * hd],
-            hd,
-            c.n_rot,
-            c.rope_theta,
-            pos,
-        );
+        model.rope.cos_sin(pos, &mut cs);
+        #[cfg(test)]
+        if let Some(table) = &model.rope_override {
+            cs.clone_from(table.get(pos).ok_or_else(|| {
+                ModelError::Input(format!("rope override table ends before position {pos}"))
+            })?);
+        }
+        rope::apply(&mut q[tt * nh * hd..(tt + 1) * nh * hd], hd, &cs);
+        rope::apply(&mut k[tt * nkv * hd..(tt + 1) * nkv * hd], hd, &cs);
     }
     tr.put("Qcur", Some(il), t, &q);
     tr.put("Kcur", Some(il), t, &k);
