@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use redlite_gguf::GgufFile;
+use redlite_gguf::{GgufFile, MetaValue};
 
 use crate::rope::RopeScaling;
 use crate::ModelError;
@@ -149,12 +149,14 @@ impl Config {
             ));
         }
         let ssm_d_v = inner / ssm_h_v;
-        let recurrent = match f.get_array(&key("attention.recurrent_layers"))? {
-            Some(a) => {
+        // llama.cpp reads this key with get_key_or_arr: an array (one entry
+        // per block) or one scalar that applies to every block.
+        let recurrent = match f.get(&key("attention.recurrent_layers")) {
+            Some(MetaValue::Array(a)) => {
                 let v = a.as_i64_vec().ok_or_else(|| {
                     bad(
                         "attention.recurrent_layers",
-                        "expected an array of bools".into(),
+                        "expected an array of bools or integers".into(),
                     )
                 })?;
                 if v.len() < n_layer {
@@ -164,6 +166,18 @@ impl Config {
                     ));
                 }
                 v[..n_layer].iter().map(|&x| x != 0).collect()
+            }
+            Some(v) => {
+                let on = v
+                    .as_bool()
+                    .or_else(|| v.as_i64().map(|x| x != 0))
+                    .ok_or_else(|| {
+                        bad(
+                            "attention.recurrent_layers",
+                            format!("expected an array or one bool/integer, found {v}"),
+                        )
+                    })?;
+                vec![on; n_layer]
             }
             None => {
                 let interval = opt("full_attention_interval")?.unwrap_or(4).max(1);

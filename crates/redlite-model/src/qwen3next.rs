@@ -17,7 +17,7 @@ use redlite_backend::{AttnShape, Backend, DeltaInputs};
 
 use crate::config::Config;
 use crate::rope;
-use crate::weights::{expert, qmat, AttnW, DeltaNetW, Mixer, MoeW};
+use crate::weights::{expert, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
 use crate::{Model, ModelError, Trace};
 
 /// Per-layer state of one sequence.
@@ -109,6 +109,31 @@ fn linear(be: &dyn Backend, w: &redlite_backend::QMat<'_>, x: &[f32], t: usize) 
     let mut y = vec![0f32; t * w.n_out];
     be.matmul(w, x, t, &mut y);
     y
+}
+
+/// [`linear`] for a matrix that may be stored as runs of rows (the legacy
+/// fused `ssm_in` read in place): each run's outputs go to its columns.
+fn linear_rows(
+    be: &dyn Backend,
+    f: &redlite_gguf::GgufFile,
+    m: &Mat,
+    x: &[f32],
+    t: usize,
+) -> Result<Vec<f32>, ModelError> {
+    let parts = qmats(f, m)?;
+    if let [one] = parts.as_slice() {
+        return Ok(linear(be, one, x, t));
+    }
+    let mut y = vec![0f32; t * m.n_out];
+    let mut col = 0;
+    for p in &parts {
+        let yp = linear(be, p, x, t);
+        for (dst, src) in y.chunks_mut(m.n_out).zip(yp.chunks(p.n_out)) {
+            dst[col..col + p.n_out].copy_from_slice(src);
+        }
+        col += p.n_out;
+    }
+    Ok(y)
 }
 
 pub(crate) fn forward(
@@ -223,9 +248,9 @@ fn deltanet(
     let value_dim = c.value_dim();
 
     // Projections: qkv (pre-conv), z (output gate), b/a.
-    let qkv = linear(be, &qmat(f, &w.qkv)?, h, t);
+    let qkv = linear_rows(be, f, &w.qkv, h, t)?;
     tr.put("linear_attn_qkv_mixed", Some(il), t, &qkv);
-    let z = linear(be, &qmat(f, &w.gate)?, h, t);
+    let z = linear_rows(be, f, &w.gate, h, t)?;
     tr.put("z", Some(il), t, &z);
     let ba = linear(be, &qmat(f, &w.ba)?, h, t);
 
