@@ -194,11 +194,18 @@ impl Config {
                 })
             }
             None => {
+                let msg = match f.unknown_tensor("token_embd.weight") {
+                    Some(u) => format!(
+                        "ggml type id {} (tensor record at byte {}) is not a type this build knows",
+                        u.type_id, u.info_offset
+                    ),
+                    None => "missing".into(),
+                };
                 return Err(ModelError::Tensor {
                     path,
                     tensor: "token_embd.weight".into(),
-                    msg: "missing".into(),
-                })
+                    msg,
+                });
             }
         };
         let n_embd = req("embedding_length")?;

@@ -218,9 +218,12 @@ fn unknown_type_in_an_unused_tensor_loads() {
 
 #[test]
 fn unknown_type_in_a_used_tensor_is_named() {
-    let e = err_text(load_with_type_id(false, "blk.2.ffn_up_shexp.weight", 4242));
-    assert!(
-        e.contains("blk.2.ffn_up_shexp.weight") && e.contains("4242"),
-        "{e}"
-    );
+    for name in [
+        "blk.2.ffn_up_shexp.weight",
+        "token_embd.weight",
+        "blk.3.attn_q.weight",
+    ] {
+        let e = err_text(load_with_type_id(false, name, 4242));
+        assert!(e.contains(name) && e.contains("4242"), "{e}");
+    }
 }
