@@ -76,14 +76,26 @@ fn array_json(a: &MetaArray) -> Value {
 }
 
 /// Layer schedule as llama.cpp derives it: `attention.recurrent_layers` if
-/// present, else every `full_attention_interval`-th layer is full attention.
+/// present (an array, or one scalar for every layer), else every
+/// `full_attention_interval`-th layer is full attention.
 fn layer_kinds(f: &GgufFile, arch: &str, n_layer: u64) -> Result<Vec<&'static str>> {
-    if let Some(MetaArray::Bool(v)) = f.get_array(&format!("{arch}.attention.recurrent_layers"))? {
-        return Ok(v
-            .iter()
-            .take(n_layer as usize)
-            .map(|&r| if r { "linear" } else { "full" })
-            .collect());
+    let kind = |r: bool| if r { "linear" } else { "full" };
+    match f.get(&format!("{arch}.attention.recurrent_layers")) {
+        Some(MetaValue::Array(a)) => {
+            if let Some(v) = a.as_i64_vec() {
+                return Ok(v
+                    .iter()
+                    .take(n_layer as usize)
+                    .map(|&r| kind(r != 0))
+                    .collect());
+            }
+        }
+        Some(v) => {
+            if let Some(r) = v.as_bool().or_else(|| v.as_i64().map(|x| x != 0)) {
+                return Ok(vec![kind(r); n_layer as usize]);
+            }
+        }
+        None => {}
     }
     let interval = f
         .get_u64(&format!("{arch}.full_attention_interval"))?
@@ -160,6 +172,7 @@ pub fn run(args: Args) -> Result<()> {
     let n_layer = n_block.saturating_sub(n_mtp);
     let kinds = layer_kinds(&f, &arch, n_layer)?;
     let n_linear = kinds.iter().filter(|k| **k == "linear").count();
+    let mtp_only = redlite_model::mtp_only_blocks(&f);
 
     // Tokenizer summary.
     let tokens = f.get_str_array("tokenizer.ggml.tokens")?;
@@ -227,6 +240,9 @@ pub fn run(args: Args) -> Result<()> {
             "layers": {"count": n_layer, "linear": n_linear, "full": kinds.len() - n_linear,
                        "mtp": n_mtp, "kinds": kinds, "pattern": summarise_kinds(&kinds)},
             "tokenizer": tokenizer,
+            "mtp_only": mtp_only.as_ref().map(|b| json!({"blocks": b})),
+            "unknown_type_tensors": f.unknown_tensors.iter().map(|u| json!({
+                "name": u.name, "dims": u.dims, "type_id": u.type_id})).collect::<Vec<_>>(),
             "tensor_count": f.tensors.len(),
             "parameters": total_params,
             "tensor_bytes": total_bytes,
@@ -267,6 +283,18 @@ pub fn run(args: Args) -> Result<()> {
         f.alignment
     );
     println!("architecture  {arch}");
+    if let Some(blocks) = &mtp_only {
+        println!(
+            "kind          MTP-only draft file: only the multi-token-prediction block(s) {} \
+             (nextn tensors) plus embeddings and output, no trunk layers; it drafts tokens for \
+             the full model and cannot run on its own",
+            blocks
+                .iter()
+                .map(|b| format!("blk.{b}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(n) = f.get_str("general.name")? {
         println!("name          {n}");
     }
@@ -313,6 +341,12 @@ pub fn run(args: Args) -> Result<()> {
         f.tensors.len(),
         human_bytes(total_bytes)
     );
+    for u in &f.unknown_tensors {
+        println!(
+            "  {} has ggml type id {}, unknown to this build (not counted above)",
+            u.name, u.type_id
+        );
+    }
     println!(
         "  {:<8} {:>8} {:>16} {:>14} {:>7}",
         "type", "tensors", "elements", "bytes", "share"

@@ -34,6 +34,12 @@ fn inspect_reports_fixture_hparams() {
         "tiny-s-IQ2_XS.gguf",
         "tiny-s-IQ1_M.gguf",
         "tiny-s-CF2mix.gguf",
+        "newtypes/tiny-s-TQ1_0.gguf",
+        "newtypes/tiny-s-TQ2_0.gguf",
+        "newtypes/tiny-s-NVFP4.gguf",
+        "newtypes/tiny-s-Q1_0.gguf",
+        "newtypes/tiny-s-Q2_0.gguf",
+        "newtypes/tiny-s-MXFP4_MOE.gguf",
     ];
     for file in files {
         let j = inspect(file);
@@ -132,4 +138,82 @@ fn inspect_human_output_and_errors() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// An MTP-only draft file (embeddings, output and only the `nextn` block,
+/// here block 4 built from tiny-s-bf16's block 3): `inspect` says what it
+/// is, `run` refuses it with the same words.
+#[test]
+fn inspect_and_run_name_an_mtp_only_file() {
+    use redlite_gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
+
+    let src = GgufFile::open(redlite_testkit::fixture("tiny-s-bf16.gguf")).expect("fixture");
+    let mut w = GgufWriter::new();
+    for (k, v) in &src.metadata {
+        let v = match k.as_str() {
+            "qwen3next.block_count" => MetaValue::U32(5),
+            _ => v.clone(),
+        };
+        w.add_kv(k.clone(), v);
+    }
+    w.add_u32("qwen3next.nextn_predict_layers", 1);
+    for t in &src.tensors {
+        let name = match t.name.strip_prefix("blk.3.") {
+            Some(rest) => format!("blk.4.{rest}"),
+            None if t.name.starts_with("blk.") => continue,
+            None => t.name.clone(),
+        };
+        w.add_tensor(name, &t.dims, t.ggml_type, src.tensor_data(t).to_vec())
+            .expect("add tensor");
+    }
+    for (name, dims) in [
+        ("blk.4.nextn.eh_proj.weight", vec![512u64, 256]),
+        ("blk.4.nextn.enorm.weight", vec![256]),
+        ("blk.4.nextn.hnorm.weight", vec![256]),
+    ] {
+        let n: u64 = dims.iter().product();
+        w.add_tensor(name, &dims, GgmlType::F32, vec![0u8; n as usize * 4])
+            .expect("add tensor");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("draft.gguf");
+    w.write_to_path(&path).expect("write");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .args(["inspect", "--json"])
+        .arg(&path)
+        .output()
+        .expect("run redlite");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(j["mtp_only"]["blocks"], serde_json::json!([4]), "{j}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .arg("inspect")
+        .arg(&path)
+        .output()
+        .expect("run redlite");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MTP-only draft file") && text.contains("blk.4"),
+        "{text}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .args(["run", "-n", "1", "-p", "x"])
+        .arg(&path)
+        .output()
+        .expect("run redlite");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("MTP-only draft file"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // A normal file is not reported as one.
+    let j = inspect("tiny-s-bf16.gguf");
+    assert!(j["mtp_only"].is_null(), "{j}");
 }

@@ -59,6 +59,23 @@ impl TensorInfo {
     }
 }
 
+/// A tensor whose ggml type id this crate does not know (a type newer than
+/// this build, or a retired id). Its size cannot be computed, so its bytes are
+/// not mapped; opening the file still succeeds, and only code that asks for
+/// the tensor sees the problem (see [`GgufFile::unknown_tensor`]).
+#[derive(Clone, Debug)]
+pub struct UnknownTensor {
+    pub name: String,
+    pub dims: Vec<u64>,
+    /// The type id as stored.
+    pub type_id: u32,
+    /// Offset relative to the data section of its shard, as stored.
+    pub rel_offset: u64,
+    pub shard: usize,
+    /// Byte offset of this tensor's info record in the shard (for errors).
+    pub info_offset: u64,
+}
+
 struct Shard {
     path: PathBuf,
     map: Mmap,
@@ -74,6 +91,8 @@ pub struct GgufFile {
     index: HashMap<String, usize>,
     pub tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Tensors of unknown type ids (not in `tensors`).
+    pub unknown_tensors: Vec<UnknownTensor>,
     shards: Vec<Shard>,
 }
 
@@ -83,6 +102,7 @@ struct Parsed {
     alignment: u64,
     metadata: Vec<(String, MetaValue)>,
     tensors: Vec<TensorInfo>,
+    unknown: Vec<UnknownTensor>,
 }
 
 struct Cursor<'a> {
@@ -354,6 +374,7 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
     // A tensor info takes at least 8 (name) + 4 (n_dims) + 8 (dim) + 4 (type) + 8 (offset).
     let n_tensors = c.check_count(at, n_tensors, 32, "tensor count")?;
     let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors);
+    let mut unknown: Vec<UnknownTensor> = Vec::new();
     for i in 0..n_tensors {
         let info_offset = c.pos as u64;
         let name = c.string(&format!("tensor #{i} name"))?;
@@ -374,12 +395,27 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
             dims.push(c.u64("tensor dimension")?);
         }
         let tid = c.u32("tensor type")?;
-        let ggml_type =
-            GgmlType::from_id(tid).ok_or_else(|| terr(format!("unknown ggml type id {tid}")))?;
         let rel_offset = c.u64("tensor offset")?;
         if dims.iter().any(|&d| d == 0 || d > i64::MAX as u64) {
             return Err(terr(format!("invalid dimensions {dims:?}")));
         }
+        if !rel_offset.is_multiple_of(alignment) {
+            return Err(terr(format!(
+                "data offset {rel_offset} is not a multiple of the alignment {alignment}"
+            )));
+        }
+        let Some(ggml_type) = GgmlType::from_id(tid) else {
+            // Deferred: an error only for whoever uses this tensor.
+            unknown.push(UnknownTensor {
+                name,
+                dims,
+                type_id: tid,
+                rel_offset,
+                shard,
+                info_offset,
+            });
+            continue;
+        };
         let row_bytes = ggml_type.row_bytes(dims[0]).ok_or_else(|| {
             terr(format!(
                 "first dimension {} is not a multiple of the {} block size {}",
@@ -392,11 +428,6 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
             .iter()
             .try_fold(row_bytes, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| terr(format!("size of dimensions {dims:?} overflows")))?;
-        if !rel_offset.is_multiple_of(alignment) {
-            return Err(terr(format!(
-                "data offset {rel_offset} is not a multiple of the alignment {alignment}"
-            )));
-        }
         tensors.push(TensorInfo {
             name,
             dims,
@@ -410,7 +441,31 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
     }
     let data_start = (c.pos as u64).div_ceil(alignment) * alignment;
     let file_len = buf.len() as u64;
-    let mut names = HashMap::with_capacity(tensors.len());
+    let mut names = HashMap::with_capacity(tensors.len() + unknown.len());
+    for u in &unknown {
+        if names.insert(u.name.clone(), ()).is_some() {
+            return Err(GgufError::Tensor {
+                path: path.to_path_buf(),
+                tensor: u.name.clone(),
+                offset: u.info_offset,
+                msg: "duplicate tensor name".into(),
+            });
+        }
+        if data_start
+            .checked_add(u.rel_offset)
+            .is_none_or(|s| s > file_len)
+        {
+            return Err(GgufError::Tensor {
+                path: path.to_path_buf(),
+                tensor: u.name.clone(),
+                offset: u.info_offset,
+                msg: format!(
+                    "data offset {} + {} lies past the end of the file ({} bytes)",
+                    data_start, u.rel_offset, file_len
+                ),
+            });
+        }
+    }
     for t in &mut tensors {
         if names.insert(t.name.clone(), ()).is_some() {
             return Err(GgufError::Tensor {
@@ -442,6 +497,7 @@ fn parse(buf: &[u8], path: &Path, shard: usize) -> Result<Parsed> {
         alignment,
         metadata,
         tensors,
+        unknown,
     })
 }
 
@@ -504,6 +560,7 @@ impl GgufFile {
                     map,
                 }],
                 Vec::new(),
+                Vec::new(),
             ));
         }
         let paths = split_paths(path).ok_or_else(|| GgufError::Split {
@@ -535,6 +592,7 @@ impl GgufFile {
             map: first_map,
         }];
         let mut extra = Vec::new();
+        let mut extra_unknown = Vec::new();
         for (i, p) in paths.iter().enumerate().skip(1) {
             let m = map_file(p)?;
             let parsed = parse(&m, p, i)?;
@@ -550,25 +608,29 @@ impl GgufFile {
                 });
             }
             extra.extend(parsed.tensors);
+            extra_unknown.extend(parsed.unknown);
             shards.push(Shard {
                 path: p.clone(),
                 map: m,
             });
         }
-        let f = Self::assemble(&first_path, first_parsed, shards, extra);
+        let f = Self::assemble(&first_path, first_parsed, shards, extra, extra_unknown);
+        let n_all = f.tensors.len() + f.unknown_tensors.len();
         if let Some(expected) = f.get("split.tensors.count").and_then(|v| v.as_u64()) {
-            if expected != f.tensors.len() as u64 {
+            if expected != n_all as u64 {
                 return Err(GgufError::Split {
                     path: first_path,
                     msg: format!(
-                        "split.tensors.count is {expected} but the shards hold {} tensors",
-                        f.tensors.len()
+                        "split.tensors.count is {expected} but the shards hold {n_all} tensors"
                     ),
                 });
             }
         }
         // Names must be unique across shards too.
-        if f.tensor_index.len() != f.tensors.len() {
+        let mut all_names: std::collections::HashSet<&str> =
+            f.tensors.iter().map(|t| t.name.as_str()).collect();
+        all_names.extend(f.unknown_tensors.iter().map(|u| u.name.as_str()));
+        if f.tensor_index.len() != f.tensors.len() || all_names.len() != n_all {
             return Err(GgufError::Split {
                 path: f.path.clone(),
                 msg: "a tensor name appears in more than one shard".into(),
@@ -582,9 +644,12 @@ impl GgufFile {
         parsed: Parsed,
         shards: Vec<Shard>,
         extra: Vec<TensorInfo>,
+        extra_unknown: Vec<UnknownTensor>,
     ) -> GgufFile {
         let mut tensors = parsed.tensors;
         tensors.extend(extra);
+        let mut unknown_tensors = parsed.unknown;
+        unknown_tensors.extend(extra_unknown);
         let index = parsed
             .metadata
             .iter()
@@ -604,8 +669,15 @@ impl GgufFile {
             index,
             tensors,
             tensor_index,
+            unknown_tensors,
             shards,
         }
+    }
+
+    /// The tensor `name` if its type id is unknown to this build (it is then
+    /// absent from `tensors`): callers that need it report it by name and id.
+    pub fn unknown_tensor(&self, name: &str) -> Option<&UnknownTensor> {
+        self.unknown_tensors.iter().find(|u| u.name == name)
     }
 
     /// Path of the file (the first shard for split models).
@@ -755,5 +827,5 @@ impl GgufFile {
 /// the number of metadata entries and tensors on success.
 pub fn parse_bytes(buf: &[u8], name: &str) -> Result<(usize, usize)> {
     let p = parse(buf, Path::new(name), 0)?;
-    Ok((p.metadata.len(), p.tensors.len()))
+    Ok((p.metadata.len(), p.tensors.len() + p.unknown.len()))
 }

@@ -40,11 +40,14 @@ pub enum GgmlType {
     TQ1_0 = 34,
     TQ2_0 = 35,
     MXFP4 = 39,
+    NVFP4 = 40,
+    Q1_0 = 41,
+    Q2_0 = 42,
 }
 
 impl GgmlType {
     /// Every type this crate knows, in id order.
-    pub const ALL: [GgmlType; 32] = [
+    pub const ALL: [GgmlType; 35] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -77,6 +80,9 @@ impl GgmlType {
         GgmlType::TQ1_0,
         GgmlType::TQ2_0,
         GgmlType::MXFP4,
+        GgmlType::NVFP4,
+        GgmlType::Q1_0,
+        GgmlType::Q2_0,
     ];
 
     /// The type with ggml id `id`, or `None` for an unknown or retired id.
@@ -94,6 +100,8 @@ impl GgmlType {
         match self {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
+            NVFP4 | Q2_0 => 64,
+            Q1_0 => 128,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ3_XXS | IQ1_S
             | IQ3_S | IQ2_S | IQ4_XS | IQ1_M | TQ1_0 | TQ2_0 => 256,
         }
@@ -133,6 +141,9 @@ impl GgmlType {
             TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
+            NVFP4 => 36,
+            Q1_0 => 18,
+            Q2_0 => 18,
         }
     }
 
@@ -187,6 +198,9 @@ impl GgmlType {
             TQ1_0 => "TQ1_0",
             TQ2_0 => "TQ2_0",
             MXFP4 => "MXFP4",
+            NVFP4 => "NVFP4",
+            Q1_0 => "Q1_0",
+            Q2_0 => "Q2_0",
         }
     }
 
@@ -218,6 +232,10 @@ mod tests {
         assert_eq!(GgmlType::from_id(4), None);
         assert_eq!(GgmlType::from_id(5), None);
         assert_eq!(GgmlType::from_id(1000), None);
+        assert_eq!(GgmlType::from_id(40), Some(GgmlType::NVFP4));
+        assert_eq!(GgmlType::from_id(41), Some(GgmlType::Q1_0));
+        assert_eq!(GgmlType::from_id(42), Some(GgmlType::Q2_0));
+        assert_eq!(GgmlType::from_id(43), None);
     }
 
     #[test]
@@ -229,6 +247,12 @@ mod tests {
             (GgmlType::IQ2_XS, 256, 74),
             (GgmlType::MXFP4, 32, 17),
             (GgmlType::Q6_K, 256, 210),
+            (GgmlType::TQ1_0, 256, 54),
+            (GgmlType::TQ2_0, 256, 66),
+            (GgmlType::NVFP4, 64, 36),
+            (GgmlType::Q1_0, 128, 18),
+            // Not in gguf-py 0.19: ggml-common.h `block_q2_0` (QK2_0 = 64).
+            (GgmlType::Q2_0, 64, 18),
         ];
         for (t, b, s) in expect {
             assert_eq!((t.block_size(), t.type_size()), (b, s), "{t}");

@@ -201,9 +201,21 @@ fn rejects_bad_tensor_records() {
     let type_at = dim0_at + 16;
     let off_at = type_at + 4;
 
+    // An unknown type id is not an error of the file: the tensor is set
+    // aside, by name, for whoever uses it.
     let mut b = good.clone();
     b[type_at..type_at + 4].copy_from_slice(&77u32.to_le_bytes());
-    expect_err(&b, "unknown ggml type id 77");
+    assert_eq!(parse_bytes(&b, "new.gguf").expect("parses").1, 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("new.gguf");
+    std::fs::write(&path, &b).expect("write");
+    let f = redlite_gguf::GgufFile::open(&path).expect("opens");
+    assert!(f.tensor_info("a.weight").is_none());
+    let u = f.unknown_tensor("a.weight").expect("set aside");
+    assert_eq!((u.type_id, u.dims.as_slice()), (77, &[8u64, 2][..]));
+    // ... but its offset is still checked.
+    b[off_at..off_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    expect_err(&b, "past the end");
     let mut b = good.clone();
     b[ndims_at..ndims_at + 4].copy_from_slice(&9u32.to_le_bytes());
     expect_err(&b, "tensor a.weight");

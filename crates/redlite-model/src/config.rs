@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use redlite_gguf::GgufFile;
+use redlite_gguf::{GgufFile, MetaValue};
 
+use crate::rope::RopeScaling;
 use crate::ModelError;
 
 pub const ARCH: &str = "qwen3next";
@@ -27,6 +28,8 @@ pub struct Config {
     /// Rotated dims per head (partial NeoX RoPE).
     pub n_rot: usize,
     pub rope_theta: f32,
+    /// `rope.scaling.*` (none, linear or YaRN).
+    pub rope_scaling: RopeScaling,
     pub rms_eps: f32,
     pub n_expert: usize,
     pub n_expert_used: usize,
@@ -146,12 +149,14 @@ impl Config {
             ));
         }
         let ssm_d_v = inner / ssm_h_v;
-        let recurrent = match f.get_array(&key("attention.recurrent_layers"))? {
-            Some(a) => {
+        // llama.cpp reads this key with get_key_or_arr: an array (one entry
+        // per block) or one scalar that applies to every block.
+        let recurrent = match f.get(&key("attention.recurrent_layers")) {
+            Some(MetaValue::Array(a)) => {
                 let v = a.as_i64_vec().ok_or_else(|| {
                     bad(
                         "attention.recurrent_layers",
-                        "expected an array of bools".into(),
+                        "expected an array of bools or integers".into(),
                     )
                 })?;
                 if v.len() < n_layer {
@@ -161,6 +166,18 @@ impl Config {
                     ));
                 }
                 v[..n_layer].iter().map(|&x| x != 0).collect()
+            }
+            Some(v) => {
+                let on = v
+                    .as_bool()
+                    .or_else(|| v.as_i64().map(|x| x != 0))
+                    .ok_or_else(|| {
+                        bad(
+                            "attention.recurrent_layers",
+                            format!("expected an array or one bool/integer, found {v}"),
+                        )
+                    })?;
+                vec![on; n_layer]
             }
             None => {
                 let interval = opt("full_attention_interval")?.unwrap_or(4).max(1);
@@ -177,11 +194,18 @@ impl Config {
                 })
             }
             None => {
+                let msg = match f.unknown_tensor("token_embd.weight") {
+                    Some(u) => format!(
+                        "ggml type id {} (tensor record at byte {}) is not a type this build knows",
+                        u.type_id, u.info_offset
+                    ),
+                    None => "missing".into(),
+                };
                 return Err(ModelError::Tensor {
                     path,
                     tensor: "token_embd.weight".into(),
-                    msg: "missing".into(),
-                })
+                    msg,
+                });
             }
         };
         let n_embd = req("embedding_length")?;
@@ -192,17 +216,20 @@ impl Config {
                 msg: format!("row length {embd} differs from embedding_length {n_embd}"),
             });
         }
+        let context_length = opt("context_length")?.unwrap_or(0);
+        let rope_scaling = RopeScaling::from_gguf(f, &path, context_length)?;
         Ok(Config {
             vocab_size,
             n_layer,
             nextn_predict_layers: nextn,
-            context_length: opt("context_length")?.unwrap_or(0),
+            context_length,
             n_embd,
             n_head,
             n_head_kv,
             head_dim,
             n_rot,
             rope_theta,
+            rope_scaling,
             rms_eps,
             n_expert,
             n_expert_used,

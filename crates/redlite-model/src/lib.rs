@@ -16,10 +16,13 @@ use redlite_gguf::{GgufError, GgufFile};
 
 mod config;
 mod qwen3next;
+mod rope;
 mod weights;
 
 pub use config::Config;
 pub use qwen3next::State;
+pub use rope::{RopeScaling, RopeScalingType};
+pub use weights::mtp_only_blocks;
 
 /// Everything that can go wrong loading or running a model. Every load error
 /// names the file and the tensor or metadata key concerned.
@@ -29,6 +32,15 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error("{}: unsupported architecture {arch:?} (this engine runs qwen3next)", path.display())]
     Architecture { path: PathBuf, arch: String },
+    #[error(
+        "{}: this is an MTP-only draft file (only the multi-token-prediction block(s) {} with \
+         their `nextn` tensors, plus embeddings and output; no trunk layers): it drafts tokens for \
+         speculative decoding next to the full model and cannot run on its own; load the full \
+         qwen3next model instead",
+        path.display(),
+        blocks.iter().map(|b| format!("blk.{b}")).collect::<Vec<_>>().join(", ")
+    )]
+    MtpOnly { path: PathBuf, blocks: Vec<usize> },
     #[error("{}: metadata key {key}: {msg}", path.display())]
     Key {
         path: PathBuf,
@@ -65,6 +77,10 @@ pub struct Model {
     gguf: GgufFile,
     config: Config,
     weights: weights::Weights,
+    rope: rope::Rope,
+    /// Tests only: cos/sin pairs `[pos][n_rot/2]` used instead of `rope`.
+    #[cfg(test)]
+    rope_override: Option<Vec<Vec<(f32, f32)>>>,
     backend: Arc<dyn Backend>,
 }
 
@@ -78,12 +94,22 @@ impl Model {
     /// Memory-map and validate a qwen3next GGUF, computing on `backend`.
     pub fn load_with_backend(path: &Path, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
         let gguf = GgufFile::open(path)?;
+        if let Some(blocks) = mtp_only_blocks(&gguf) {
+            return Err(ModelError::MtpOnly {
+                path: path.to_path_buf(),
+                blocks,
+            });
+        }
         let config = Config::from_gguf(&gguf)?;
         let weights = weights::Weights::load(&gguf, &config)?;
+        let rope = rope::Rope::new(config.n_rot, config.rope_theta, &config.rope_scaling);
         Ok(Model {
             gguf,
             config,
             weights,
+            rope,
+            #[cfg(test)]
+            rope_override: None,
             backend,
         })
     }

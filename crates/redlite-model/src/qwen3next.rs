@@ -16,7 +16,8 @@
 use redlite_backend::{AttnShape, Backend, DeltaInputs};
 
 use crate::config::Config;
-use crate::weights::{expert, qmat, AttnW, DeltaNetW, Mixer, MoeW};
+use crate::rope;
+use crate::weights::{expert, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
 use crate::{Model, ModelError, Trace};
 
 /// Per-layer state of one sequence.
@@ -158,6 +159,32 @@ fn linear(
         be.matmul(w, x, t, &mut y);
     }
     y
+}
+
+/// [`linear`] for a matrix that may be stored as runs of rows (the legacy
+/// fused `ssm_in` read in place): each run's outputs go to its columns.
+fn linear_rows(
+    be: &dyn Backend,
+    f: &redlite_gguf::GgufFile,
+    m: &Mat,
+    x: &[f32],
+    t: usize,
+    exact: bool,
+) -> Result<Vec<f32>, ModelError> {
+    let parts = qmats(f, m)?;
+    if let [one] = parts.as_slice() {
+        return Ok(linear(be, one, x, t, exact));
+    }
+    let mut y = vec![0f32; t * m.n_out];
+    let mut col = 0;
+    for p in &parts {
+        let yp = linear(be, p, x, t, exact);
+        for (dst, src) in y.chunks_mut(m.n_out).zip(yp.chunks(p.n_out)) {
+            dst[col..col + p.n_out].copy_from_slice(src);
+        }
+        col += p.n_out;
+    }
+    Ok(y)
 }
 
 pub(crate) fn forward(
@@ -342,9 +369,9 @@ fn deltanet(
     let value_dim = c.value_dim();
 
     // Projections: qkv (pre-conv), z (output gate), b/a.
-    let qkv = linear(be, &qmat(f, &w.qkv)?, h, t, ex);
+    let qkv = linear_rows(be, f, &w.qkv, h, t, ex)?;
     tr.put("linear_attn_qkv_mixed", Some(il), t, &qkv);
-    let z = linear(be, &qmat(f, &w.gate)?, h, t, ex);
+    let z = linear_rows(be, f, &w.gate, h, t, ex)?;
     tr.put("z", Some(il), t, &z);
     let ba = linear(be, &qmat(f, &w.ba)?, h, t, ex);
 
@@ -437,41 +464,6 @@ fn l2_norm_rows(x: &mut [f32], dim: usize, eps: f32, scale: f64) {
     }
 }
 
-/// Partial NeoX RoPE in place on `[heads, head_dim]` at position `pos`:
-/// pairs `(i, i + n_rot/2)` for `i < n_rot/2`; dims from `n_rot` pass through.
-fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, theta: f32, pos: usize) {
-    let half = n_rot / 2;
-    for i in 0..half {
-        let freq = (theta as f64).powf(-2.0 * i as f64 / n_rot as f64);
-        let (sin, cos) = (pos as f64 * freq).sin_cos();
-        let (sin, cos) = (sin as f32, cos as f32);
-        for head in x.chunks_mut(head_dim) {
-            let (x0, x1) = (head[i], head[i + half]);
-            head[i] = x0 * cos - x1 * sin;
-            head[i + half] = x1 * cos + x0 * sin;
-        }
-    }
-}
-
-/// RoPE of token row `tt` of `q` `[t, n_head, hd]` and `k` `[t, n_head_kv, hd]` at `pos`.
-fn rope_token(q: &mut [f32], k: &mut [f32], tt: usize, pos: usize, c: &Config) {
-    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-    rope(
-        &mut q[tt * nh * hd..(tt + 1) * nh * hd],
-        hd,
-        c.n_rot,
-        c.rope_theta,
-        pos,
-    );
-    rope(
-        &mut k[tt * nkv * hd..(tt + 1) * nkv * hd],
-        hd,
-        c.n_rot,
-        c.rope_theta,
-        pos,
-    );
-}
-
 /// Gated full attention over a batch at positions `pos0..pos0+t`; returns `[t, D]`.
 #[allow(clippy::too_many_arguments)]
 fn attention(
@@ -506,10 +498,19 @@ fn attention(
     be.rms_norm(&mut k, hd, Some(&w.k_norm), c.rms_eps);
     tr.put("Qcur_normed", Some(il), t, &q);
     tr.put("Kcur_normed", Some(il), t, &k);
+    let mut cs = Vec::with_capacity(c.n_rot / 2);
     for (i, s0, n) in segs.iter() {
         for tt in s0..s0 + n {
             let pos = caches[i].2 + (tt - s0);
-            rope_token(&mut q, &mut k, tt, pos, c);
+            model.rope.cos_sin(pos, &mut cs);
+            #[cfg(test)]
+            if let Some(table) = &model.rope_override {
+                cs.clone_from(table.get(pos).ok_or_else(|| {
+                    ModelError::Input(format!("rope override table ends before position {pos}"))
+                })?);
+            }
+            rope::apply(&mut q[tt * nh * hd..(tt + 1) * nh * hd], hd, &cs);
+            rope::apply(&mut k[tt * nkv * hd..(tt + 1) * nkv * hd], hd, &cs);
         }
     }
     tr.put("Qcur", Some(il), t, &q);

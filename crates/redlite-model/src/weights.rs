@@ -1,6 +1,6 @@
 //! Tensor lookup and validation: every weight the forward pass uses, with its
-//! shape checked against the configuration. Matrices stay in the mapped file
-//! (except the legacy fused `ssm_in`, whose rows are de-interleaved once).
+//! shape checked against the configuration. Matrices stay in the mapped file;
+//! the legacy fused `ssm_in` is read in place as runs of rows.
 
 use std::path::PathBuf;
 
@@ -17,8 +17,13 @@ pub(crate) enum Bytes {
         start: usize,
         len: usize,
     },
-    /// A copy made at load time (row-permuted legacy layout).
-    Owned(Vec<u8>),
+    /// Runs of rows of one mapped tensor, in order (the legacy fused
+    /// `ssm_in` de-interleaved without copying): `(first byte, byte length,
+    /// rows)` of each run.
+    Rows {
+        tensor: usize,
+        runs: Vec<(usize, usize, usize)>,
+    },
 }
 
 /// A 2-D weight `{n_in, n_out}`.
@@ -108,15 +113,25 @@ impl<'a> Loader<'a> {
     }
 
     fn find(&self, name: &str) -> Result<usize, ModelError> {
-        self.f
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| self.err(name, "missing"))
+        if let Some(i) = self.f.tensors.iter().position(|t| t.name == name) {
+            return Ok(i);
+        }
+        Err(match self.f.unknown_tensor(name) {
+            Some(u) => self.err(
+                name,
+                format!(
+                    "ggml type id {} (tensor record at byte {}) is not a type this build knows",
+                    u.type_id, u.info_offset
+                ),
+            ),
+            None => self.err(name, "missing"),
+        })
     }
 
+    /// Whether the file has the tensor (of a known or an unknown type: an
+    /// unknown one then fails, by name, where it is loaded).
     fn has(&self, name: &str) -> bool {
-        self.f.tensor_info(name).is_some()
+        self.f.tensor_info(name).is_some() || self.f.unknown_tensor(name).is_some()
     }
 
     /// Check dims (trailing 1s ignored) and byte size; returns the tensor index.
@@ -281,7 +296,7 @@ impl Weights {
         };
         // Every matrix must be usable by the backend (type has kernels, sizes match).
         w.for_each_mat(|name, m| {
-            qmat(f, m)
+            qmats(f, m)
                 .map(|_| ())
                 .map_err(|e| l.err(&name, e.to_string()))
         })?;
@@ -360,7 +375,8 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
         )
     } else if l.has(&n("ssm_in.weight")) {
         // Legacy fused in_proj_qkvz: per key-head group
-        // [q dk | k dk | v R·dv | z R·dv]; de-interleave rows once.
+        // [q dk | k dk | v R·dv | z R·dv]; read in place as runs of rows
+        // (all q, then all k, then all v; and all z).
         let name = n("ssm_in.weight");
         let r = hv / hk;
         let group = 2 * dk + 2 * r * dv;
@@ -368,39 +384,31 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
         let Bytes::Mapped { tensor, .. } = fused.bytes else {
             unreachable!("freshly loaded tensors are mapped")
         };
-        let t = &l.f.tensors[tensor];
-        let data = l.f.tensor_data(t);
-        let row = t.row_bytes() as usize;
-        let rows = |g: usize, off: usize, cnt: usize| {
-            let s = (g * group + off) * row;
-            &data[s..s + cnt * row]
-        };
-        let mut qkv_b = Vec::with_capacity(conv_dim * row);
-        let mut z_b = Vec::with_capacity(c.value_dim() * row);
-        for g in 0..hk {
-            qkv_b.extend_from_slice(rows(g, 0, dk));
+        let row = l.f.tensors[tensor].row_bytes() as usize;
+        let run = |g: usize, off: usize, cnt: usize| ((g * group + off) * row, cnt * row, cnt);
+        let mut qkv_runs = Vec::with_capacity(3 * hk);
+        for (off, cnt) in [(0, dk), (dk, dk), (2 * dk, r * dv)] {
+            qkv_runs.extend((0..hk).map(|g| run(g, off, cnt)));
         }
-        for g in 0..hk {
-            qkv_b.extend_from_slice(rows(g, dk, dk));
-        }
-        for g in 0..hk {
-            qkv_b.extend_from_slice(rows(g, 2 * dk, r * dv));
-        }
-        for g in 0..hk {
-            z_b.extend_from_slice(rows(g, 2 * dk + r * dv, r * dv));
-        }
+        let z_runs = (0..hk).map(|g| run(g, 2 * dk + r * dv, r * dv)).collect();
         (
             Mat {
                 ty: fused.ty,
                 n_in: d,
                 n_out: conv_dim,
-                bytes: Bytes::Owned(qkv_b),
+                bytes: Bytes::Rows {
+                    tensor,
+                    runs: qkv_runs,
+                },
             },
             Mat {
                 ty: fused.ty,
                 n_in: d,
                 n_out: c.value_dim(),
-                bytes: Bytes::Owned(z_b),
+                bytes: Bytes::Rows {
+                    tensor,
+                    runs: z_runs,
+                },
             },
         )
     } else {
@@ -415,25 +423,88 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
         ba: l.mat(&n("ssm_ba.weight"), d, 2 * hv)?,
         conv: l.vec(&n("ssm_conv1d.weight"), &[c.conv_kernel, conv_dim])?,
         ssm_a: l.vec(&n("ssm_a"), &[hv])?,
-        dt_bias: l.vec(&n("ssm_dt.bias"), &[hv])?,
+        // `ssm_dt.bias` as llama.cpp's converter names it; some exporters
+        // (Ollama's) write the same vector as plain `ssm_dt`.
+        dt_bias: if !l.has(&n("ssm_dt.bias")) && l.has(&n("ssm_dt")) {
+            l.vec(&n("ssm_dt"), &[hv])?
+        } else {
+            l.vec(&n("ssm_dt.bias"), &[hv])?
+        },
         norm: l.vec(&n("ssm_norm.weight"), &[dv])?,
         out: l.mat(&n("ssm_out.weight"), c.value_dim(), d)?,
     })
 }
 
-/// The bytes of a matrix.
-pub(crate) fn mat_bytes<'a>(f: &'a GgufFile, m: &'a Mat) -> &'a [u8] {
+/// A matrix that lies in one contiguous byte range (every matrix but the
+/// legacy `ssm_in` parts).
+pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
     match &m.bytes {
         Bytes::Mapped { tensor, start, len } => {
-            &f.tensor_data(&f.tensors[*tensor])[*start..*start + *len]
+            let bytes = f
+                .tensor_data(&f.tensors[*tensor])
+                .get(*start..*start + *len)
+                .ok_or_else(|| ModelError::Backend("matrix byte range out of range".into()))?;
+            QMat::new(m.ty, m.n_in, m.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
         }
-        Bytes::Owned(v) => v,
+        Bytes::Rows { .. } => Err(ModelError::Backend(
+            "a matrix stored as runs of rows has no single byte range".into(),
+        )),
     }
 }
 
-pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
-    QMat::new(m.ty, m.n_in, m.n_out, mat_bytes(f, m))
-        .map_err(|e| ModelError::Backend(e.to_string()))
+/// A matrix as one or more consecutive blocks of output rows: its first
+/// output rows are the first part's, and so on.
+pub(crate) fn qmats<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<Vec<QMat<'a>>, ModelError> {
+    match &m.bytes {
+        Bytes::Mapped { .. } => Ok(vec![qmat(f, m)?]),
+        Bytes::Rows { tensor, runs } => {
+            let data = f.tensor_data(&f.tensors[*tensor]);
+            let mut parts = Vec::with_capacity(runs.len());
+            for &(start, len, rows) in runs {
+                let bytes = data.get(start..start + len).ok_or_else(|| {
+                    ModelError::Backend(format!("row run at byte {start} out of range"))
+                })?;
+                parts.push(
+                    QMat::new(m.ty, m.n_in, rows, bytes)
+                        .map_err(|e| ModelError::Backend(e.to_string()))?,
+                );
+            }
+            if parts.iter().map(|p| p.n_out).sum::<usize>() != m.n_out {
+                return Err(ModelError::Backend(format!(
+                    "row runs hold {} rows, the matrix {}",
+                    parts.iter().map(|p| p.n_out).sum::<usize>(),
+                    m.n_out
+                )));
+            }
+            Ok(parts)
+        }
+    }
+}
+
+/// If `f` is an MTP-only draft file (llama.cpp's converter with `--mtp`
+/// writes one: embeddings, output and the `blk.N.nextn.*` block, no trunk
+/// layers), the indices of its MTP blocks.
+pub fn mtp_only_blocks(f: &GgufFile) -> Option<Vec<usize>> {
+    let names = f
+        .tensors
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(f.unknown_tensors.iter().map(|u| u.name.as_str()));
+    let block_of = |name: &str| -> Option<usize> {
+        let rest = name.strip_prefix("blk.")?;
+        rest.split('.').next()?.parse().ok()
+    };
+    let mut mtp = std::collections::BTreeSet::new();
+    let mut all = std::collections::BTreeSet::new();
+    for name in names {
+        if let Some(b) = block_of(name) {
+            all.insert(b);
+            if name.contains(".nextn.") {
+                mtp.insert(b);
+            }
+        }
+    }
+    (!mtp.is_empty() && all == mtp).then(|| mtp.into_iter().collect())
 }
 
 /// Expert `e`'s matrix of a stack.
@@ -445,4 +516,30 @@ pub(crate) fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<
         .get(s..s + x.n_out * row)
         .ok_or_else(|| ModelError::Backend(format!("expert {e} slice out of range")))?;
     QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The legacy fused `ssm_in` is read in place: no copy of its rows.
+    #[test]
+    fn legacy_ssm_in_is_not_copied() {
+        let m = crate::Model::load(&redlite_testkit::fixture("tiny-s-Q8_0-legacy.gguf"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let hk = m.config.ssm_h_k;
+        let mut checked = 0;
+        for layer in &m.weights.layers {
+            if let Mixer::DeltaNet(w) = &layer.mixer {
+                let (Bytes::Rows { runs: qkv, .. }, Bytes::Rows { runs: z, .. }) =
+                    (&w.qkv.bytes, &w.gate.bytes)
+                else {
+                    panic!("legacy DeltaNet projections are not row views of ssm_in");
+                };
+                assert_eq!((qkv.len(), z.len()), (3 * hk, hk));
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 3);
+    }
 }

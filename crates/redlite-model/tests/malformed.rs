@@ -167,3 +167,63 @@ fn bad_token_is_an_error() {
     assert_eq!(st.pos(), 0);
     assert!(m.forward(&mut st, &[], true).is_err());
 }
+
+/// tiny-s-bf16 plus, when `extra` is true, an unused `blk.3.nextn.eh_proj.weight`;
+/// then the type id of tensor `patch` is overwritten with `id` (a type this
+/// build does not know). Returns the load result.
+fn load_with_type_id(extra: bool, patch: &str, id: u32) -> Result<Model, ModelError> {
+    let src = GgufFile::open(fixture("tiny-s-bf16.gguf")).expect("fixture opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in &src.metadata {
+        w.add_kv(k.clone(), v.clone());
+    }
+    for t in &src.tensors {
+        w.add_tensor(
+            t.name.clone(),
+            &t.dims,
+            t.ggml_type,
+            src.tensor_data(t).to_vec(),
+        )
+        .expect("add tensor");
+    }
+    if extra {
+        w.add_f32_tensor("blk.3.nextn.eh_proj.weight", &[256, 2], &[0.25; 512])
+            .expect("add tensor");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.gguf");
+    w.write_to_path(&path).expect("write");
+    let mut bytes = std::fs::read(&path).expect("read back");
+    // The tensor record: u64 name length, name, u32 n_dims, u64 dims, u32 type.
+    let mut rec = (patch.len() as u64).to_le_bytes().to_vec();
+    rec.extend_from_slice(patch.as_bytes());
+    let at = bytes
+        .windows(rec.len())
+        .position(|w| w == rec.as_slice())
+        .expect("tensor record present")
+        + rec.len();
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+    let ty_at = at + 4 + 8 * n_dims;
+    bytes[ty_at..ty_at + 4].copy_from_slice(&id.to_le_bytes());
+    std::fs::write(&path, &bytes).expect("rewrite");
+    Model::load(&path)
+}
+
+#[test]
+fn unknown_type_in_an_unused_tensor_loads() {
+    let m = load_with_type_id(true, "blk.3.nextn.eh_proj.weight", 4242)
+        .expect("an unknown type in a tensor the model never uses must not stop the load");
+    assert_eq!(m.config().n_layer, 4);
+}
+
+#[test]
+fn unknown_type_in_a_used_tensor_is_named() {
+    for name in [
+        "blk.2.ffn_up_shexp.weight",
+        "token_embd.weight",
+        "blk.3.attn_q.weight",
+    ] {
+        let e = err_text(load_with_type_id(false, name, 4242));
+        assert!(e.contains(name) && e.contains("4242"), "{e}");
+    }
+}

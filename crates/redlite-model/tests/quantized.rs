@@ -91,6 +91,58 @@ fn cf2mix_vs_exact() {
     check_type("CF2mix");
 }
 
+/// A file of `newtypes/` against its exact-math reference over every prompt:
+/// max |Δlogit| ≤ 1e-3 and mean KL ≤ 1e-9.
+fn check_newtype(ty: &str) {
+    let model = load(&format!("newtypes/tiny-s-{ty}.gguf"));
+    let exact = read_npz(&fixture(&format!("newtypes/exact-{ty}.npz")));
+    let p = prompts();
+    let (mut max_abs, mut kls) = (0f64, Vec::new());
+    for name in PROMPTS {
+        let tokens = prompt_ids(&p, name);
+        let ours = run(&model, &tokens, tokens.len());
+        for (a, k) in per_position(&exact[name], &ours) {
+            max_abs = max_abs.max(a as f64);
+            kls.push(k);
+        }
+    }
+    let mean_kl = kls.iter().sum::<f64>() / kls.len() as f64;
+    println!(
+        "{ty:10} vs exact: {} positions, max|Δ| {max_abs:.2e}, mean KL {mean_kl:.2e}",
+        kls.len()
+    );
+    assert_eq!(kls.len(), 489, "{ty}: positions compared");
+    assert!(
+        max_abs <= 1e-3 && mean_kl <= 1e-9,
+        "{ty}: max|Δ| {max_abs} / mean KL {mean_kl} above 1e-3 / 1e-9"
+    );
+}
+
+#[test]
+fn tq1_0_vs_exact() {
+    check_newtype("TQ1_0");
+}
+#[test]
+fn tq2_0_vs_exact() {
+    check_newtype("TQ2_0");
+}
+#[test]
+fn nvfp4_vs_exact() {
+    check_newtype("NVFP4");
+}
+#[test]
+fn q1_0_vs_exact() {
+    check_newtype("Q1_0");
+}
+#[test]
+fn q2_0_vs_exact() {
+    check_newtype("Q2_0");
+}
+#[test]
+fn mxfp4_moe_vs_exact() {
+    check_newtype("MXFP4_MOE");
+}
+
 fn prefill_vs_decode(file: &str) {
     let model = load(file);
     let p = prompts();

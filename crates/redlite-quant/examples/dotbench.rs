@@ -29,11 +29,13 @@ fn random_weights(ty: GgmlType, n_blocks: usize, r: &mut StdRng) -> Vec<u8> {
     use GgmlType::*;
     let fields: &[usize] = match ty {
         F16 | Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S
-        | IQ1_S => &[0],
+        | IQ1_S | Q1_0 | Q2_0 => &[0],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q2_K => &[80, 82],
         Q3_K => &[108],
         Q6_K => &[208],
+        TQ1_0 => &[52],
+        TQ2_0 => &[64],
         _ => &[],
     };
     for blk in data.chunks_exact_mut(ts) {

@@ -21,6 +21,7 @@ pub mod iq4;
 pub mod iq_tables;
 pub mod kquants;
 pub mod legacy;
+pub mod lowbit;
 pub mod mxfp4;
 pub mod util;
 
@@ -120,6 +121,12 @@ pub fn kernels(ty: GgmlType) -> Option<&'static TypeKernels> {
         IQ4_NL => &iq4::IQ4_NL,
         IQ4_XS => &iq4::IQ4_XS,
         MXFP4 => &mxfp4::MXFP4,
+        NVFP4 => &mxfp4::NVFP4,
+        // One-scale low-bit types (ternary and 1/2-bit).
+        TQ1_0 => &lowbit::TQ1_0,
+        TQ2_0 => &lowbit::TQ2_0,
+        Q1_0 => &lowbit::Q1_0,
+        Q2_0 => &lowbit::Q2_0,
         // Lattice (grid) types.
         IQ2_XXS => &iq2::IQ2_XXS,
         IQ2_XS => &iq2::IQ2_XS,

@@ -341,3 +341,58 @@ fn float_blocks() {
         f.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn q1_0_block() {
+    // Sign bits LSB-first: byte k = k * 17 (mod 256).
+    let mut b = f16b(0.375).to_vec();
+    let qs: Vec<u8> = (0..16u32).map(|k| (k * 17) as u8).collect();
+    b.extend(&qs);
+    let want: Vec<f32> = (0..128)
+        .map(|j| {
+            if qs[j / 8] & (1 << (j % 8)) != 0 {
+                0.375
+            } else {
+                -0.375
+            }
+        })
+        .collect();
+    check(GgmlType::Q1_0, &b, &want);
+}
+
+#[test]
+fn q2_0_block() {
+    // Byte k holds codes (k, k+1, k+2, k+3) mod 4 in its four 2-bit fields.
+    let mut b = f16b(-1.5).to_vec();
+    let mut want = vec![0f32; 64];
+    for k in 0..16 {
+        let mut byte = 0u8;
+        for s in 0..4 {
+            let c = ((k + s) % 4) as u8;
+            byte |= c << (2 * s);
+            want[4 * k + s] = (c as f32 - 1.0) * -1.5;
+        }
+        b.push(byte);
+    }
+    check(GgmlType::Q2_0, &b, &want);
+}
+
+#[test]
+fn nvfp4_block() {
+    // UE4M3 scales: 0x38 = 1.0, 0x01 = 2^-9, 0x7F = NaN code (reads as 0),
+    // 0x4A = 1.25·2^2 = 5.0; halved, as the codes are doubled E2M1 values.
+    let scales = [0x38u8, 0x01, 0x7F, 0x4A];
+    let d = [0.5f32, 2f32.powi(-10), 0.0, 2.5];
+    let e2m1x2 = [0i8, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+    let mut b = scales.to_vec();
+    let mut want = vec![0f32; 64];
+    for s in 0..4 {
+        for j in 0..8 {
+            let (lo, hi) = ((j + 3 * s) % 16, (15 - j + s) % 16);
+            b.push((lo | (hi << 4)) as u8);
+            want[16 * s + j] = e2m1x2[lo] as f32 * d[s];
+            want[16 * s + 8 + j] = e2m1x2[hi] as f32 * d[s];
+        }
+    }
+    check(GgmlType::NVFP4, &b, &want);
+}
