@@ -405,7 +405,7 @@ pub async fn chat(
         max_tokens,
         sampling,
         logprobs,
-        stop_at_eog: true,
+        stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
     };
     respond(app, id, req, fmt, stream).await
 }
@@ -636,7 +636,7 @@ pub async fn completions(
         max_tokens,
         sampling,
         logprobs,
-        stop_at_eog: true,
+        stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
     };
     respond(app, id, req, fmt, stream).await
 }

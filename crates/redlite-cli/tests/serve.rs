@@ -1,0 +1,220 @@
+//! `redlite serve` driven by real clients over loopback: the official openai
+//! and anthropic Python SDKs, a multi-turn agent conversation with state
+//! reuse, batched decoding, a bounded load test, and the pi coding agent.
+//! Each test starts its own server on a free port (`--port 0`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use redlite_testkit::{fixture, python, workspace_root};
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(model: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_redlite"))
+            .arg("serve")
+            .arg(model)
+            .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start redlite serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(addr) = line.strip_prefix("listening on ") {
+                        let _ = tx.send(addr.to_string());
+                        sent = true;
+                    }
+                }
+                // Keep draining so the server never blocks on a full pipe;
+                // request log lines are shown with the test's output.
+                eprintln!("[server] {line}");
+            }
+        });
+        let base = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(b) => b,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("redlite serve did not start within 60 s");
+            }
+        };
+        Server { child, base }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/serve")
+        .join(name)
+}
+
+/// Run a client script; it must exit 0. Returns its stdout.
+fn run_py(name: &str, env: &[(&str, String)]) -> String {
+    let mut cmd = Command::new(python());
+    cmd.arg(script(name)).env("PYTHONUNBUFFERED", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {name} with {}: {e}", python().display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+fn tiny() -> PathBuf {
+    fixture("tiny-s-bf16.gguf")
+}
+
+#[test]
+fn openai_and_anthropic_sdks() {
+    let s = Server::start(&tiny(), &["--context", "4096"]);
+    let out = run_py("clients.py", &[("REDLITE_BASE", s.base.clone())]);
+    assert!(out.contains("clients ok"));
+}
+
+#[test]
+fn multi_turn_agent_reuses_state() {
+    let warm = Server::start(&tiny(), &["--context", "8192"]);
+    let fresh = Server::start(&tiny(), &["--context", "8192", "--state-cache", "0"]);
+    let out = run_py(
+        "multiturn.py",
+        &[
+            ("REDLITE_BASE", warm.base.clone()),
+            ("REDLITE_BASE_FRESH", fresh.base.clone()),
+        ],
+    );
+    assert!(out.contains("multiturn ok"));
+}
+
+#[test]
+fn parallel_requests_decode_together_exactly() {
+    // tiny-a has more experts than tiny-s: batch-mates route differently.
+    for model in ["tiny-a-bf16.gguf", "tiny-s-CF2mix.gguf"] {
+        let s = Server::start(
+            &fixture(model),
+            &["--parallel", "4", "--state-cache", "0", "--batch", "16"],
+        );
+        let out = run_py("parallel.py", &[("REDLITE_BASE", s.base.clone())]);
+        assert!(out.contains("parallel ok"), "{model}");
+    }
+}
+
+#[test]
+fn load_test_no_5xx_no_leaks() {
+    let s = Server::start(
+        &tiny(),
+        &[
+            "--parallel",
+            "4",
+            "--state-cache",
+            "32MiB",
+            "--context",
+            "4096",
+        ],
+    );
+    let pid = s.child.id().to_string();
+    let secs = std::env::var("REDLITE_LOAD_SECONDS").unwrap_or_else(|_| "50".into());
+    let out = run_py(
+        "load.py",
+        &[
+            ("REDLITE_BASE", s.base.clone()),
+            ("REDLITE_PID", pid),
+            ("REDLITE_LOAD_SECONDS", secs),
+        ],
+    );
+    assert!(out.contains("load ok"));
+}
+
+/// The pi executable: `$REDLITE_PI`, else the copy `.ci/run` installs.
+fn pi() -> PathBuf {
+    if let Some(p) = std::env::var_os("REDLITE_PI") {
+        return PathBuf::from(p);
+    }
+    let p = workspace_root().join(".ci/node/node_modules/.bin/pi");
+    assert!(
+        p.exists(),
+        "pi not found at {} (run .ci/run, which installs it, or set REDLITE_PI)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn pi_agent_completes_a_prompt() {
+    let pi = pi();
+    let s = Server::start(&tiny(), &["--context", "8192"]);
+    let port = s.base.rsplit(':').next().expect("port").to_string();
+    let home = tempfile::tempdir().expect("tmp");
+    let agent = home.path().join("agent");
+    let work = home.path().join("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    // Configured only by `redlite setup-pi`.
+    let st = Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .args(["setup-pi", "--port", &port, "--context", "8192", "--dir"])
+        .arg(&agent)
+        .status()
+        .expect("setup-pi");
+    assert!(st.success());
+    let out = Command::new(&pi)
+        .args(["-p", "Say hello in one word.", "--no-session"])
+        .current_dir(&work)
+        .env("HOME", home.path())
+        .env("PI_CODING_AGENT_DIR", &agent)
+        .env("PI_OFFLINE", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pi");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("pi stdout: {stdout}\npi stderr: {stderr}");
+    assert!(out.status.success(), "pi exited with {}", out.status);
+    // pi asked the server (not some other provider): the server saw a request.
+    let m = ureq_metrics(&s.base);
+    assert!(
+        m.contains("endpoint=\"/v1/chat/completions\",status=\"200\""),
+        "{m}"
+    );
+}
+
+/// GET /metrics with a raw HTTP/1.1 request (no client library needed).
+fn ureq_metrics(base: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out
+}
