@@ -13,15 +13,21 @@
 //!   Python's (`\x1c`–`\x1f` included) in `strip`/`split`/`rsplit`,
 //!   `splitlines` splits at all of Python's line boundaries, `find`/`rfind`/
 //!   `index`/`count` work on character offsets (`count('')` is `len + 1`),
-//!   `islower`/`isupper`/`istitle`/`title`/`capitalize` follow Unicode as
-//!   CPython does; `dict.items()` gives tuples; the remaining methods come from
+//!   `islower`/`isupper`/`istitle`/`title`/`capitalize`/`swapcase` follow
+//!   Unicode as CPython does; `ljust`/`rjust`/`center`/`zfill`,
+//!   `partition`/`rpartition`, `removeprefix`/`removesuffix`, `expandtabs`,
+//!   `casefold` exist; `dict.items()`/`keys()`/`values()` are views printing
+//!   as `dict_items([('k', 1)])`; the remaining methods come from
 //!   `minijinja_contrib::pycompat`;
-//! * Jinja2's filters where minijinja's differ: `trim` (of `str(value)`),
-//!   `title` (Jinja2's word split, "they're" → "They're"), `capitalize`,
-//!   `upper`, `lower`, `join` (items printed with `str()`), `items` (tuples),
-//!   `int` and `float` (Python parsing, defaults, `base`), `round` (Python's
-//!   correctly rounded `round`, ties to even; `ceil`/`floor`), `e`/`escape`
-//!   (markupsafe's `&#34;`/`&#39;` entities);
+//! * Jinja2's filters where minijinja's differ or are missing: `trim` (of
+//!   `str(value)`), `title` (Jinja2's word split, "they're" → "They're"),
+//!   `capitalize`, `upper`, `lower`, `join` (items printed with `str()`),
+//!   `items`, `dictsort` and `groupby` (tuples), `int` and `float` (Python
+//!   parsing, defaults, `base`), `round` (Python's correctly rounded `round`,
+//!   ties to even; `ceil`/`floor`), `e`/`escape` (markupsafe's `&#34;`/`&#39;`
+//!   entities), `indent` (Python line boundaries), `replace` (with `count`),
+//!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
+//!   `start`), `center`, `wordcount`, `truncate`;
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
@@ -44,11 +50,13 @@
 //!   iterable` is false, a dict `is sequence`, a boolean `is number`.
 //!
 //! Known differences, all in operators minijinja gives no hook for: `~`
-//! formats with minijinja's own `Display` (`true`, `0.0000001`), `%` is
+//! formats floats with minijinja's own `Display` (`0.0000001` where Python
+//! writes `1e-07`), `%` is
 //! Euclidean (Python's result takes the divisor's sign) and does no string
 //! formatting (`'%s' % x` is an error), `**` with a negative integer exponent
 //! is an error (Python gives a float), and a tuple literal `(1, 2)` prints as
-//! a list.
+//! a list. Jinja2's `wordwrap`, `striptags`, `urlencode` filters and
+//! `lipsum` are not provided (rendering fails with an unknown-filter error).
 //!
 //! A template is untrusted input, so rendering is bounded: at most
 //! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
@@ -798,6 +806,16 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("int", py::filter_int);
     env.add_filter("float", py::filter_float);
     env.add_filter("round", py::filter_round);
+    env.add_filter("indent", py::filter_indent);
+    env.add_filter("replace", py::filter_replace);
+    env.add_filter("dictsort", py::filter_dictsort);
+    env.add_filter("min", py::filter_min);
+    env.add_filter("max", py::filter_max);
+    env.add_filter("sum", py::filter_sum);
+    env.add_filter("groupby", py::filter_groupby);
+    env.add_filter("center", py::filter_center);
+    env.add_filter("wordcount", py::filter_wordcount);
+    env.add_filter("truncate", py::filter_truncate);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,

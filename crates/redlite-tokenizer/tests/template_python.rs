@@ -708,6 +708,16 @@ fn runaway_templates_stop_with_a_clear_error() {
     assert!(matches!(err, TemplateError::Limit(_)), "{err}");
     assert!(err.to_string().contains("MiB"), "{err}");
 
+    // Padding wider than the output limit is refused before allocating.
+    for src in [
+        "{{ 'x'.ljust(10000000000) }}",
+        "{{ 'x' | center(10000000000) }}",
+    ] {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let err = t.render(&[], None, false, &none).unwrap_err();
+        assert!(matches!(err, TemplateError::Limit(_)), "{src}: {err}");
+    }
+
     // Unbounded recursion is refused.
     let t = ChatTemplate::new(
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
@@ -761,4 +771,95 @@ fn malformed_sources_fail_to_compile_without_panicking() {
             assert!(matches!(e, TemplateError::Syntax(_)), "{src:?}: {e}");
         }
     }
+}
+
+#[test]
+fn indent_replace_and_aggregating_filters_are_jinja2s() {
+    let exprs = [
+        "s | indent",
+        "s | indent(2, true)",
+        "s | indent(first=true, blank=true)",
+        "s | indent(width='> ')",
+        "'a\\n\\nb' | indent",
+        "'a\\n\\nb' | indent(blank=true)",
+        "'' | indent",
+        "s | replace('l', 'L', 2)",
+        "s | replace('l', 'L')",
+        "n | replace('7', 'x')",
+        "d | dictsort",
+        "d | dictsort(true)",
+        "d | dictsort(reverse=true)",
+        "{'b': 2, 'a': 1} | dictsort(by='value')",
+        "(d | dictsort)[0]",
+        "w | min",
+        "w | max",
+        "w | min(case_sensitive=true)",
+        "u | min(attribute='v')",
+        "u | max(attribute='name')",
+        "[] | min",
+        "l | sum",
+        "l | sum(start=10)",
+        "[0.1, 0.2, 1] | sum",
+        "[true, 2] | sum",
+        "u | sum(attribute='v')",
+        "u | groupby('name')",
+        "u | groupby('name') | map(attribute='grouper') | list",
+        "u | groupby('v') | list",
+        "[{'k': 'A'}, {'k': 'a'}, {'k': 'B'}] | groupby('k') | list",
+        "[{'k': 'A'}, {'k': 'a'}] | groupby('k', case_sensitive=true) | list",
+        "u | groupby('missing', default='zz') | list",
+    ];
+    let mut template = expr_template(&exprs);
+    template.push_str(
+        "\n{% for g in u | groupby('name') %}{{ g.grouper }}:{{ g.list | length }};{% endfor %}",
+    );
+    template.push_str(
+        "{% for key, items in u | groupby('name') %}{{ key }}={{ items[0].v }};{% endfor %}",
+    );
+    compare_with(
+        &template,
+        &[
+            json!({"s": "  Hello, World!\tx\u{1c}y\n second line\r\nthird  ", "n": -7,
+            "l": [3, 1, 2, 1], "w": ["b", "a", "C"], "d": {"b": 1, "a": 2, "C": 3},
+            "u": [{"name": "x", "v": 2}, {"name": "y", "v": 1}, {"name": "x", "v": 3}]}),
+        ],
+    );
+}
+
+#[test]
+fn more_python_str_methods_and_text_filters() {
+    let exprs = [
+        "'abc'.ljust(6, '*')",
+        "'abc'.rjust(6)",
+        "'abc'.center(6, '*')",
+        "'abc'.center(8, '*')",
+        "'ab'.center(5, '*')",
+        "'ab'.center(7, '*')",
+        "'éé'.center(5)",
+        "'-42'.zfill(6)",
+        "'42'.zfill(5)",
+        "'a,b,c'.partition(',')",
+        "'a,b,c'.rpartition(',')",
+        "'abc'.partition('x')",
+        "'abc'.rpartition('x')",
+        "'Straße ΣΑΣ'.swapcase()",
+        "'Straße'.casefold()",
+        "'abc'.removeprefix('a')",
+        "'abc'.removesuffix('c')",
+        "'a\\tbc\\td\\n\\tx'.expandtabs()",
+        "'a\\tbc'.expandtabs(4)",
+        "'a\\tbc'.expandtabs(tabsize=2)",
+        "s | center(50)",
+        "'ab' | center(7)",
+        "'a_b c1 é, x-y' | wordcount",
+        "s | truncate(12)",
+        "s | truncate(12, true)",
+        "s | truncate(12, end='…')",
+        "'short' | truncate(3, leeway=0)",
+        "'hello world foo' | truncate(9, leeway=0)",
+    ];
+    compare_with(
+        &expr_template(&exprs),
+        &[json!({"s": "  Hello, World! they're\tx\u{1c}y\n second line\r\nthird  "})],
+    );
 }

@@ -550,10 +550,159 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
         "isnumeric" => from_args::<()>(args).map(|()| Value::from(all_nonempty(s, is_numeric))),
         "isalnum" => from_args::<()>(args)
             .map(|()| Value::from(all_nonempty(s, |c| is_alpha(c) || is_numeric(c)))),
+        "swapcase" => from_args::<()>(args).map(|()| {
+            let mut out = String::with_capacity(s.len());
+            let chars: Vec<char> = s.chars().collect();
+            for (i, &c) in chars.iter().enumerate() {
+                if c.is_uppercase() {
+                    if c == '\u{3a3}' {
+                        out.push(sigma_lower(&chars, i));
+                    } else {
+                        out.extend(c.to_lowercase());
+                    }
+                } else if c.is_lowercase() {
+                    out.extend(c.to_uppercase());
+                } else {
+                    out.push(c);
+                }
+            }
+            Value::from(out)
+        }),
+        "casefold" => from_args::<()>(args).map(|()| {
+            // Full case folding; `lower` plus the folds that differ from it.
+            let mut out = String::with_capacity(s.len());
+            for c in s.chars() {
+                match c {
+                    'ß' | '\u{1e9e}' => out.push_str("ss"),
+                    '\u{3c2}' => out.push('\u{3c3}'),
+                    _ => out.extend(c.to_lowercase()),
+                }
+            }
+            Value::from(out)
+        }),
+        "removeprefix" | "removesuffix" => (|| {
+            let (affix,): (&str,) = from_args(args)?;
+            Ok(Value::from(if method == "removeprefix" {
+                s.strip_prefix(affix).unwrap_or(s)
+            } else {
+                s.strip_suffix(affix).unwrap_or(s)
+            }))
+        })(),
+        "partition" | "rpartition" => (|| {
+            let (sep,): (&str,) = from_args(args)?;
+            if sep.is_empty() {
+                return Err(invalid("ValueError: empty separator"));
+            }
+            let hit = if method == "partition" {
+                s.find(sep)
+            } else {
+                s.rfind(sep)
+            };
+            let parts: [&str; 3] = match hit {
+                Some(i) => [&s[..i], sep, &s[i + sep.len()..]],
+                None if method == "partition" => [s, "", ""],
+                None => ["", "", s],
+            };
+            Ok(PyTuple::value(
+                parts.iter().map(|p| Value::from(*p)).collect(),
+            ))
+        })(),
+        "ljust" | "rjust" | "center" | "zfill" => (|| {
+            let (width, fill): (i64, Option<&str>) = from_args(args)?;
+            let fill = match fill {
+                None => ' ',
+                Some(f) if f.chars().count() == 1 && method != "zfill" => {
+                    f.chars().next().unwrap_or(' ')
+                }
+                Some(_) => {
+                    return Err(invalid(
+                        "TypeError: The fill character must be exactly one character long",
+                    ))
+                }
+            };
+            py_pad(s, method, width, fill).map(Value::from)
+        })(),
+        "expandtabs" => (|| {
+            let (tabsize, kwargs): (Option<i64>, Kwargs) = from_args(args)?;
+            let tabsize = kwargs
+                .get::<Option<i64>>("tabsize")?
+                .or(tabsize)
+                .unwrap_or(8);
+            kwargs.assert_all_used()?;
+            let mut out = String::with_capacity(s.len());
+            let mut col: usize = 0;
+            for c in s.chars() {
+                match c {
+                    '\t' => {
+                        if tabsize > 0 {
+                            let ts = usize::try_from(tabsize).unwrap_or(8);
+                            let n = ts - col % ts;
+                            if out.len() + n > super::MAX_RENDER_OUTPUT {
+                                return Err(invalid(format!(
+                                    "{}expandtabs: result larger than the output limit",
+                                    super::LIMIT_MARKER
+                                )));
+                            }
+                            out.extend(std::iter::repeat_n(' ', n));
+                            col += n;
+                        }
+                    }
+                    '\n' | '\r' => {
+                        out.push(c);
+                        col = 0;
+                    }
+                    c => {
+                        out.push(c);
+                        col += 1;
+                    }
+                }
+            }
+            Ok(Value::from(out))
+        })(),
         "isprintable" => from_args::<()>(args).map(|()| Value::from(s.chars().all(py_isprintable))),
         _ => return None,
     };
     Some(r)
+}
+
+/// `str.ljust` / `rjust` / `center` / `zfill` to `width` characters.
+fn py_pad(s: &str, method: &str, width: i64, fill: char) -> Result<String, Error> {
+    let len = s.chars().count();
+    let width = usize::try_from(width).unwrap_or(0);
+    if width <= len {
+        return Ok(s.to_string());
+    }
+    if width > super::MAX_RENDER_OUTPUT {
+        return Err(invalid(format!(
+            "{}{method}: width {width} is larger than the output limit",
+            super::LIMIT_MARKER
+        )));
+    }
+    let pad = width - len;
+    let (left, right) = match method {
+        "ljust" => (0, pad),
+        "rjust" | "zfill" => (pad, 0),
+        // CPython puts the odd space on the left when the width is odd.
+        _ => {
+            let left = pad / 2 + (pad & width & 1);
+            (left, pad - left)
+        }
+    };
+    let mut out = String::with_capacity(s.len() + pad);
+    if method == "zfill" {
+        let (sign, rest) = match s.chars().next() {
+            Some(c @ ('+' | '-')) => (Some(c), &s[1..]),
+            _ => (None, s),
+        };
+        out.extend(sign);
+        out.extend(std::iter::repeat_n('0', left));
+        out.push_str(rest);
+    } else {
+        out.extend(std::iter::repeat_n(fill, left));
+        out.push_str(s);
+        out.extend(std::iter::repeat_n(fill, right));
+    }
+    Ok(out)
 }
 
 /// Unknown-method callback: Python `str`/`dict` methods with Python's
@@ -592,16 +741,29 @@ pub fn method_callback(
 // ---------------------------------------------------------------------------
 // Tuples and big integers
 
-/// A Python tuple (from `dict.items()` and the `items` filter): a sequence
-/// that prints as `(a, b)`.
+/// A Python tuple (from `dict.items()`, the `items`, `dictsort` and
+/// `groupby` filters, `str.partition`): a sequence that prints as `(a, b)`.
+/// `fields` names its items for attribute access, as a named tuple does
+/// (`group.grouper`, `group.list`).
 #[derive(Debug)]
-pub struct PyTuple(pub Vec<Value>);
+pub struct PyTuple(pub Vec<Value>, pub &'static [&'static str]);
+
+impl PyTuple {
+    /// A plain tuple.
+    pub fn value(items: Vec<Value>) -> Value {
+        Value::from_object(PyTuple(items, &[]))
+    }
+}
 
 impl Object for PyTuple {
     fn repr(self: &Arc<Self>) -> ObjectRepr {
         ObjectRepr::Seq
     }
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        if let Some(name) = key.as_str() {
+            let i = self.1.iter().position(|f| *f == name)?;
+            return self.0.get(i).cloned();
+        }
         let i = key.as_i64()?;
         let i = if i < 0 { i + self.0.len() as i64 } else { i };
         self.0.get(usize::try_from(i).ok()?).cloned()
@@ -681,7 +843,7 @@ fn items_of(value: &Value) -> Result<Value, Error> {
     let mut out = Vec::new();
     for k in value.try_iter()? {
         let v = value.get_item(&k)?;
-        out.push(Value::from_object(PyTuple(vec![k, v])));
+        out.push(PyTuple::value(vec![k, v]));
     }
     Ok(Value::from(out))
 }
@@ -1475,4 +1637,430 @@ mod indexmap_like {
             Value::from_iter(self.keys.into_iter().map(Value::from).zip(self.values))
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Sorting and aggregating filters (Jinja2 3.1)
+
+/// Python's `<` between two values: numbers (bools included) by value,
+/// strings by code point, lists and tuples item by item; anything else is a
+/// `TypeError`, as in Python.
+fn py_cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
+    use std::cmp::Ordering;
+    let numeric = |v: &Value| matches!(v.kind(), ValueKind::Number | ValueKind::Bool);
+    if numeric(a) && numeric(b) {
+        let as_f = |v: &Value| -> f64 {
+            if v.kind() == ValueKind::Bool {
+                f64::from(u8::from(v.is_true()))
+            } else {
+                f64::try_from(v.clone()).unwrap_or(f64::NAN)
+            }
+        };
+        if a.is_integer() && b.is_integer() {
+            if let (Ok(x), Ok(y)) = (i128::try_from(a.clone()), i128::try_from(b.clone())) {
+                return Ok(x.cmp(&y));
+            }
+        }
+        return Ok(as_f(a).partial_cmp(&as_f(b)).unwrap_or(Ordering::Equal));
+    }
+    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+        return Ok(x.cmp(y));
+    }
+    let tuple = |v: &Value| v.downcast_object_ref::<PyTuple>().is_some();
+    if a.kind() == ValueKind::Seq && b.kind() == ValueKind::Seq && tuple(a) == tuple(b) {
+        let xs: Vec<Value> = a.try_iter()?.collect();
+        let ys: Vec<Value> = b.try_iter()?.collect();
+        for (x, y) in xs.iter().zip(&ys) {
+            if x == y {
+                continue;
+            }
+            return py_cmp(x, y);
+        }
+        return Ok(xs.len().cmp(&ys.len()));
+    }
+    Err(invalid(format!(
+        "TypeError: '<' not supported between instances of '{}' and '{}'",
+        py_type_name(a),
+        py_type_name(b)
+    )))
+}
+
+/// Sort `items` by `key` with Python's comparison (stable).
+fn py_sort_by_key(items: &mut [(Value, Value)], reverse: bool) -> Result<(), Error> {
+    let mut err = None;
+    items.sort_by(|(ka, _), (kb, _)| match py_cmp(ka, kb) {
+        Ok(o) => {
+            if reverse {
+                o.reverse()
+            } else {
+                o
+            }
+        }
+        Err(e) => {
+            err.get_or_insert(e);
+            std::cmp::Ordering::Equal
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
+/// Jinja2's `ignore_case`: lowercase strings, leave the rest.
+fn ignore_case(v: Value) -> Value {
+    match v.as_str() {
+        Some(s) => Value::from(s.to_lowercase()),
+        None => v,
+    }
+}
+
+/// Jinja2's `make_attrgetter`: a dotted path of attributes / item indices.
+fn attr_of(item: &Value, attribute: Option<&Value>) -> Result<Value, Error> {
+    match attribute {
+        None => Ok(item.clone()),
+        Some(a) if a.is_none() => Ok(item.clone()),
+        Some(a) => match a.as_str() {
+            Some(path) => get_path(item, path),
+            None => item.get_item(a),
+        },
+    }
+}
+
+/// `indent(width=4, first=False, blank=False)`, lines split as Python's
+/// `splitlines` does.
+pub fn filter_indent(
+    value: Value,
+    width: Option<Value>,
+    first: Option<bool>,
+    blank: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let width = kwargs.get::<Option<Value>>("width")?.or(width);
+    let first = kwargs
+        .get::<Option<bool>>("first")?
+        .or(first)
+        .unwrap_or(false);
+    let blank = kwargs
+        .get::<Option<bool>>("blank")?
+        .or(blank)
+        .unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let indention = match &width {
+        None => "    ".to_string(),
+        Some(w) => match (w.as_str(), w.as_i64()) {
+            (Some(s), _) => s.to_string(),
+            (None, Some(n)) => {
+                let n = usize::try_from(n).unwrap_or(0);
+                if n > 4096 {
+                    return Err(invalid(format!(
+                        "{}indent: width {n} is too large",
+                        super::LIMIT_MARKER
+                    )));
+                }
+                " ".repeat(n)
+            }
+            _ => return Err(invalid("indent: width must be an integer or a string")),
+        },
+    };
+    let mut s = super::py_str(&value);
+    s.push('\n');
+    let lines = py_splitlines(&s, false);
+    let mut rv = if blank {
+        lines.join(&format!("\n{indention}"))
+    } else {
+        let mut it = lines.into_iter();
+        let mut rv = it.next().unwrap_or_default();
+        let rest: Vec<String> = it
+            .map(|l| {
+                if l.is_empty() {
+                    l
+                } else {
+                    format!("{indention}{l}")
+                }
+            })
+            .collect();
+        if !rest.is_empty() {
+            rv.push('\n');
+            rv.push_str(&rest.join("\n"));
+        }
+        rv
+    };
+    if first {
+        rv.insert_str(0, &indention);
+    }
+    Ok(Value::from(rv))
+}
+
+/// `replace(old, new, count=None)`: `str(s).replace(str(old), str(new), count)`.
+pub fn filter_replace(
+    value: Value,
+    old: Value,
+    new: Value,
+    count: Option<Value>,
+) -> Result<Value, Error> {
+    let (s, old, new) = (
+        super::py_str(&value),
+        super::py_str(&old),
+        super::py_str(&new),
+    );
+    let count = match count {
+        None => -1,
+        Some(c) if c.is_none() => -1,
+        Some(c) => c
+            .as_i64()
+            .ok_or_else(|| invalid("TypeError: replace count must be an integer"))?,
+    };
+    Ok(Value::from(if count < 0 {
+        s.replace(&old, &new)
+    } else {
+        s.replacen(&old, &new, usize::try_from(count).unwrap_or(0))
+    }))
+}
+
+/// `dictsort(case_sensitive=False, by='key', reverse=False)`: a list of
+/// `(key, value)` tuples.
+pub fn filter_dictsort(
+    value: Value,
+    case_sensitive: Option<bool>,
+    by: Option<String>,
+    reverse: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let case_sensitive = kwargs
+        .get::<Option<bool>>("case_sensitive")?
+        .or(case_sensitive)
+        .unwrap_or(false);
+    let by = kwargs.get::<Option<String>>("by")?.or(by);
+    let reverse = kwargs
+        .get::<Option<bool>>("reverse")?
+        .or(reverse)
+        .unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let pos = match by.as_deref() {
+        None | Some("key") => 0,
+        Some("value") => 1,
+        Some(_) => return Err(invalid("You can only sort by either \"key\" or \"value\"")),
+    };
+    if value.kind() != ValueKind::Map {
+        return Err(invalid("AttributeError: value has no attribute 'items'"));
+    }
+    let mut items: Vec<(Value, Value)> = Vec::new();
+    for k in value.try_iter()? {
+        let v = value.get_item(&k)?;
+        let key = if pos == 0 { k.clone() } else { v.clone() };
+        let key = if case_sensitive {
+            key
+        } else {
+            ignore_case(key)
+        };
+        items.push((key, PyTuple::value(vec![k, v])));
+    }
+    py_sort_by_key(&mut items, reverse)?;
+    Ok(Value::from(
+        items.into_iter().map(|(_, t)| t).collect::<Vec<_>>(),
+    ))
+}
+
+/// `min` / `max (case_sensitive=False, attribute=None)`: the first smallest
+/// (largest) item; undefined for an empty sequence.
+fn min_or_max(value: Value, kwargs: Kwargs, want_max: bool) -> Result<Value, Error> {
+    let case_sensitive = kwargs
+        .get::<Option<bool>>("case_sensitive")?
+        .unwrap_or(false);
+    let attribute: Option<Value> = kwargs.get("attribute")?;
+    kwargs.assert_all_used()?;
+    let mut best: Option<(Value, Value)> = None;
+    for item in value.try_iter()? {
+        let key = attr_of(&item, attribute.as_ref())?;
+        let key = if case_sensitive {
+            key
+        } else {
+            ignore_case(key)
+        };
+        let replace = match &best {
+            None => true,
+            Some((bk, _)) => {
+                let o = py_cmp(&key, bk)?;
+                if want_max {
+                    o == std::cmp::Ordering::Greater
+                } else {
+                    o == std::cmp::Ordering::Less
+                }
+            }
+        };
+        if replace {
+            best = Some((key, item));
+        }
+    }
+    Ok(best.map_or(Value::UNDEFINED, |(_, v)| v))
+}
+
+pub fn filter_min(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    min_or_max(value, kwargs, false)
+}
+
+pub fn filter_max(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    min_or_max(value, kwargs, true)
+}
+
+/// `sum(attribute=None, start=0)`: Python's `sum`, left to right.
+pub fn filter_sum(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let attribute: Option<Value> = kwargs.get("attribute")?;
+    let start: Option<Value> = kwargs.get("start")?;
+    kwargs.assert_all_used()?;
+    enum Acc {
+        Int(i128),
+        Float(f64),
+    }
+    let num = |v: &Value| -> Result<Acc, Error> {
+        match v.kind() {
+            ValueKind::Bool => Ok(Acc::Int(i128::from(v.is_true()))),
+            ValueKind::Number if v.is_integer() => i128::try_from(v.clone())
+                .map(Acc::Int)
+                .map_err(|_| invalid("sum: integer out of range")),
+            ValueKind::Number => Ok(Acc::Float(f64::try_from(v.clone()).unwrap_or(f64::NAN))),
+            _ => Err(invalid(format!(
+                "TypeError: unsupported operand type(s) for +: 'int' and '{}'",
+                py_type_name(v)
+            ))),
+        }
+    };
+    let mut acc = match &start {
+        None => Acc::Int(0),
+        Some(s) => num(s)?,
+    };
+    for item in value.try_iter()? {
+        let x = num(&attr_of(&item, attribute.as_ref())?)?;
+        acc = match (acc, x) {
+            (Acc::Int(a), Acc::Int(b)) => Acc::Int(
+                a.checked_add(b)
+                    .ok_or_else(|| invalid("sum: integer overflow"))?,
+            ),
+            (Acc::Int(a), Acc::Float(b)) => Acc::Float(a as f64 + b),
+            (Acc::Float(a), Acc::Int(b)) => Acc::Float(a + b as f64),
+            (Acc::Float(a), Acc::Float(b)) => Acc::Float(a + b),
+        };
+    }
+    Ok(match acc {
+        Acc::Int(i) => Value::from(i),
+        Acc::Float(f) => Value::from(f),
+    })
+}
+
+/// `groupby(attribute, default=None, case_sensitive=False)`: sorted groups as
+/// `(grouper, list)` named tuples.
+pub fn filter_groupby(value: Value, attribute: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let default: Option<Value> = kwargs.get("default")?;
+    let case_sensitive = kwargs
+        .get::<Option<bool>>("case_sensitive")?
+        .unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let get = |item: &Value| -> Result<Value, Error> {
+        let v = attr_of(item, Some(&attribute)).unwrap_or(Value::UNDEFINED);
+        Ok(match (&default, v.is_undefined()) {
+            (Some(d), true) => d.clone(),
+            _ => v,
+        })
+    };
+    let mut items: Vec<(Value, Value)> = Vec::new();
+    for item in value.try_iter()? {
+        let key = get(&item)?;
+        let key = if case_sensitive {
+            key
+        } else {
+            ignore_case(key)
+        };
+        items.push((key, item));
+    }
+    py_sort_by_key(&mut items, false)?;
+    let mut groups: Vec<Value> = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let mut j = i + 1;
+        while j < items.len() && items[j].0 == items[i].0 {
+            j += 1;
+        }
+        let members: Vec<Value> = items[i..j].iter().map(|(_, v)| v.clone()).collect();
+        let grouper = if case_sensitive {
+            items[i].0.clone()
+        } else {
+            get(&members[0])?
+        };
+        groups.push(Value::from_object(PyTuple(
+            vec![grouper, Value::from(members)],
+            &["grouper", "list"],
+        )));
+        i = j;
+    }
+    Ok(Value::from(groups))
+}
+
+/// `center(width=80)`: `str(value).center(width)`.
+pub fn filter_center(value: Value, width: Option<i64>) -> Result<Value, Error> {
+    py_pad(&super::py_str(&value), "center", width.unwrap_or(80), ' ').map(Value::from)
+}
+
+/// `wordcount`: the number of `\w+` runs (letters, digits, `_`).
+pub fn filter_wordcount(value: Value) -> Value {
+    let s = super::py_str(&value);
+    let is_word = |c: char| c == '_' || is_alpha(c) || is_numeric(c);
+    let mut n = 0;
+    let mut in_word = false;
+    for c in s.chars() {
+        let w = is_word(c);
+        if w && !in_word {
+            n += 1;
+        }
+        in_word = w;
+    }
+    Value::from(n)
+}
+
+/// `truncate(length=255, killwords=False, end='...', leeway=5)` (`leeway`
+/// by keyword only).
+pub fn filter_truncate(
+    value: Value,
+    length: Option<i64>,
+    killwords: Option<bool>,
+    end: Option<String>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let length = kwargs
+        .get::<Option<i64>>("length")?
+        .or(length)
+        .unwrap_or(255);
+    let killwords = kwargs
+        .get::<Option<bool>>("killwords")?
+        .or(killwords)
+        .unwrap_or(false);
+    let end = kwargs
+        .get::<Option<String>>("end")?
+        .or(end)
+        .unwrap_or_else(|| "...".into());
+    let leeway = kwargs.get::<Option<i64>>("leeway")?.unwrap_or(5);
+    kwargs.assert_all_used()?;
+    let s = super::py_str(&value);
+    let end_len = end.chars().count() as i64;
+    if length < end_len {
+        return Err(invalid(format!(
+            "AssertionError: expected length >= {end_len}, got {length}"
+        )));
+    }
+    if leeway < 0 {
+        return Err(invalid(format!(
+            "AssertionError: expected leeway >= 0, got {leeway}"
+        )));
+    }
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() as i64 <= length + leeway {
+        return Ok(Value::from(s));
+    }
+    let keep: String = chars[..(length - end_len) as usize].iter().collect();
+    let result = if killwords {
+        keep
+    } else {
+        match keep.rfind(' ') {
+            Some(i) => keep[..i].to_string(),
+            None => keep,
+        }
+    };
+    Ok(Value::from(result + &end))
 }
