@@ -863,3 +863,85 @@ fn more_python_str_methods_and_text_filters() {
         &[json!({"s": "  Hello, World! they're\tx\u{1c}y\n second line\r\nthird  "})],
     );
 }
+
+#[test]
+fn random_template_fragments_never_panic() {
+    use rand::{Rng, SeedableRng};
+    // Sources assembled from Jinja fragments: whatever compiles renders to
+    // text or to an error, never a panic, and within the instruction budget.
+    const FRAGMENTS: &[&str] = &[
+        "{%",
+        "%}",
+        "{%-",
+        "-%}",
+        "{{",
+        "}}",
+        "{#",
+        "#}",
+        " generation ",
+        " endgeneration ",
+        " raw ",
+        " endraw ",
+        "'",
+        "\"",
+        "\\",
+        "\r",
+        "\n",
+        "\r\n",
+        "é",
+        "x",
+        " ",
+        " if ",
+        " for ",
+        " in ",
+        " endif ",
+        " endfor ",
+        "(",
+        ")",
+        ",",
+        "|",
+        "trim",
+        "[",
+        "]",
+        "1",
+        "-1",
+        ".",
+        "count('')",
+        "ljust(3)",
+        "split()",
+        "splitlines()",
+        "messages",
+        "m",
+        "m.content",
+        "items()",
+        "title",
+        "round(1)",
+        "int",
+        "e",
+        "tojson",
+        "~",
+        "+",
+        "*",
+        "%",
+        "range(3)",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e3a);
+    let messages = [
+        json!({"role": "user", "content": " a\u{1c}b\r\n"}),
+        json!({"role": "assistant", "content": "c", "tool_calls": [{"function": {"name": "f",
+            "arguments": "{\"x\": 123456789012345678901234567890, \"y\": [0.1]}"}}]}),
+    ];
+    let none = Map::new();
+    let mut compiled = 0;
+    for _ in 0..20000 {
+        let n = rng.gen_range(1..24);
+        let src: String = (0..n)
+            .map(|_| FRAGMENTS[rng.gen_range(0..FRAGMENTS.len())])
+            .collect();
+        if let Ok(t) = ChatTemplate::new(&src, "<s>", "</s>") {
+            compiled += 1;
+            let _ = t.render(&messages, None, true, &none);
+        }
+    }
+    assert!(compiled > 1000, "only {compiled} sources compiled");
+}

@@ -1376,7 +1376,7 @@ pub fn filter_round(
 // JSON as Python's json.loads reads it
 
 /// Parse JSON text the way Python's `json.loads` does: integers of any size
-/// stay integers (beyond 128 bits as [`PyBigInt`]), every float is the
+/// stay integers (beyond 128 bits as an object printing its digits), every float is the
 /// correctly rounded `f64`, object key order is kept (a repeated key keeps its
 /// first position and last value), `NaN`/`Infinity`/`-Infinity` are accepted.
 pub fn parse_json(text: &str) -> Result<Value, String> {
