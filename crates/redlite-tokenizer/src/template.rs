@@ -27,14 +27,14 @@
 //!   ties to even; `ceil`/`floor`), `e`/`escape` (markupsafe's `&#34;`/`&#39;`
 //!   entities), `indent` (Python line boundaries), `replace` (with `count`),
 //!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
-//!   `start`), `center`, `wordcount`, `truncate`;
+//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined);
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
 //! * `tojson` is transformers' own filter: `json.dumps(x, ensure_ascii=False)`
 //!   with Python's separators (`", "`, `": "`), key order preserved, no HTML
 //!   escaping; `indent`, `separators`, `sort_keys` and `ensure_ascii` keyword
-//!   arguments are honoured;
+//!   arguments are honoured; undefined is an error, as `json.dumps` makes it;
 //! * values print like Python's `str()`: `{{ x }}` and the `string` filter give
 //!   `True`/`False` for booleans, `None` for null, Python float `repr`, and
 //!   Python `repr` syntax for lists, tuples and dicts (`['a', 'b']`, `('k', 1)`,
@@ -814,6 +814,8 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("sum", py::filter_sum);
     env.add_filter("groupby", py::filter_groupby);
     env.add_filter("center", py::filter_center);
+    env.add_filter("length", py::filter_length);
+    env.add_filter("count", py::filter_length);
     env.add_filter("wordcount", py::filter_wordcount);
     env.add_filter("truncate", py::filter_truncate);
     env.add_test("iterable", |v: Value| -> bool {
@@ -943,7 +945,14 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
         return Ok(());
     }
     match v.kind() {
-        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        // json.dumps refuses Jinja2's Undefined.
+        ValueKind::Undefined => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: object of type Undefined is not JSON serializable",
+            ))
+        }
+        ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&py_number(v, true)),
         ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out),

@@ -945,3 +945,32 @@ fn random_template_fragments_never_panic() {
     }
     assert!(compiled > 1000, "only {compiled} sources compiled");
 }
+
+#[test]
+fn undefined_values_behave_as_in_jinja2() {
+    compare_with(
+        &expr_template(&[
+            "undefined_var | length",
+            "undefined_var | count",
+            "d.missing | length",
+            "s | length",
+            "l | length",
+            "d | length",
+            "undefined_var | trim",
+            "undefined_var | join(',')",
+            "undefined_var | items | list",
+            "undefined_var | default('d')",
+            "l[5] is defined",
+        ]),
+        &[json!({"s": "é✓🚀", "l": [1, 2], "d": {"a": 1}})],
+    );
+    // json.dumps refuses Undefined, and so does tojson; len(None) fails.
+    for src in [
+        "{{ undefined_var | tojson }}",
+        "{{ d.missing | tojson }}",
+        "{{ z | length }}",
+        "{{ 5 | length }}",
+    ] {
+        compare_with(src, &[json!({"d": {"a": 1}, "z": null})]);
+    }
+}

@@ -2064,3 +2064,27 @@ pub fn filter_truncate(
     };
     Ok(Value::from(result + &end))
 }
+
+/// `length` / `count`: Python's `len()`; an undefined value has length 0.
+pub fn filter_length(value: Value) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Undefined => Ok(Value::from(0)),
+        ValueKind::String => Ok(Value::from(
+            value.as_str().unwrap_or_default().chars().count(),
+        )),
+        ValueKind::None | ValueKind::Bool | ValueKind::Number => Err(invalid(format!(
+            "TypeError: object of type '{}' has no len()",
+            py_type_name(&value)
+        ))),
+        _ => match value.len() {
+            Some(n) => Ok(Value::from(n)),
+            None => match value.try_iter() {
+                Ok(it) => Ok(Value::from(it.count())),
+                Err(_) => Err(invalid(format!(
+                    "TypeError: object of type '{}' has no len()",
+                    py_type_name(&value)
+                ))),
+            },
+        },
+    }
+}
