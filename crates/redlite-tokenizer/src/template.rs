@@ -49,14 +49,16 @@
 //! * the `iterable`, `sequence` and `number` tests follow Python: `none is
 //!   iterable` is false, a dict `is sequence`, a boolean `is number`.
 //!
-//! Known differences, all in operators minijinja gives no hook for: `~`
-//! formats floats with minijinja's own `Display` (`0.0000001` where Python
-//! writes `1e-07`), `%` is
-//! Euclidean (Python's result takes the divisor's sign) and does no string
-//! formatting (`'%s' % x` is an error), `**` with a negative integer exponent
-//! is an error (Python gives a float), and a tuple literal `(1, 2)` prints as
-//! a list. Jinja2's `wordwrap`, `striptags`, `urlencode` filters and
-//! `lipsum` are not provided (rendering fails with an unknown-filter error).
+//! Known differences, all in operators and statements minijinja gives no
+//! hook for: `~` formats floats and containers with minijinja's own
+//! `Display` (`0.0000001` where Python writes `1e-07`); `%` is Euclidean
+//! (Python's result takes the divisor's sign) and does no string formatting
+//! (`'%s' % x` is an error); `**` with a negative integer exponent or an
+//! integer result beyond 128 bits is an error (Python gives a float / a big
+//! integer); `x / 0` is infinite (Python raises); `for` over `none` renders
+//! nothing (Python raises); a tuple literal `(1, 2)` prints as a list.
+//! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
+//! provided (rendering fails with an unknown-filter error).
 //!
 //! A template is untrusted input, so rendering is bounded: at most
 //! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
