@@ -974,3 +974,54 @@ fn undefined_values_behave_as_in_jinja2() {
         compare_with(src, &[json!({"d": {"a": 1}, "z": null})]);
     }
 }
+
+#[test]
+fn exact_json_reader_matches_json_loads() {
+    // Tools given as JSON text print as Python prints json.loads' result.
+    let text = r#" [ {"name": "t", "dup": 1, "x": [1, -0, 0.0, -0.0, 1E5, 1e-5, 2E+3, 10.50,
+        -123456789012345678901234567890, 340282366920938463463374607431768211456,
+        -170141183460469231731687303715884105729, 18446744073709551616, NaN, Infinity,
+        -Infinity, 1e400, true, false, null, [], {}, [[[]]]],
+        "s": "\u00e9\ud83d\ude80\/\b\f\n\r\t\"\\ \u0000\u001c é", "dup": {"a": 2, "a": 3},
+        "order": {"z": 1, "a": 2, "m": 3}} ]
+    "#;
+    let cases = vec![json!({"name": "json", "messages": [], "tools_json": text})];
+    compare(
+        "{{ tools }}|{{ tools[0].x | length }}|{{ tools | tojson }}|{{ tools[0].x[5] is number }}",
+        &cases,
+    );
+    // What json.loads rejects is rejected with a clear error.
+    let tmpl = ChatTemplate::chatml("", "");
+    let none = Map::new();
+    for bad in [
+        "[1,]",
+        "{\"a\": 1,}",
+        "[01]",
+        "[1.]",
+        "[.5]",
+        "[+1]",
+        "['a']",
+        "[\"a\tb\"]",
+        "[1] x",
+        "",
+        "[\"\\x\"]",
+    ] {
+        let err = tmpl
+            .render_with_tools_json(&[], Some(bad), false, &none)
+            .unwrap_err();
+        assert!(matches!(err, TemplateError::ToolsJson(_)), "{bad:?}: {err}");
+    }
+    let deep = format!("[{}{}]", "[".repeat(200), "]".repeat(200));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some(&deep), false, &none),
+        Err(TemplateError::ToolsJson(_))
+    ));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some("{\"a\": 1}"), false, &none),
+        Err(TemplateError::ToolsJson(_))
+    ));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some("[1]"), false, &none),
+        Err(TemplateError::InvalidTool { index: 0, .. })
+    ));
+}
