@@ -8,7 +8,8 @@
 //!   `break`/`continue` available (`loopcontrols`);
 //! * the source is read as Jinja2's lexer reads it: `\r\n` and lone `\r`
 //!   become `\n`; transformers' `{% generation %}…{% endgeneration %}` block
-//!   renders its body (as a scope, like Jinja2's call block);
+//!   renders its body (as a scope, like Jinja2's call block); tuple literals
+//!   (`(a, b)`, `(a,)`, `()`) are rewritten into calls that build Python tuples;
 //! * Python `str` methods with Python's semantics (`py` module): whitespace is
 //!   Python's (`\x1c`–`\x1f` included) in `strip`/`split`/`rsplit`,
 //!   `splitlines` splits at all of Python's line boundaries, `find`/`rfind`/
@@ -56,7 +57,7 @@
 //! (`'%s' % x` is an error); `**` with a negative integer exponent or an
 //! integer result beyond 128 bits is an error (Python gives a float / a big
 //! integer); `x / 0` is infinite (Python raises); `for` over `none` renders
-//! nothing (Python raises); a tuple literal `(1, 2)` prints as a list.
+//! nothing (Python raises).
 //! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
 //! provided (rendering fails with an unknown-filter error).
 //!
@@ -78,7 +79,7 @@ use std::fmt::Write as _;
 mod py;
 pub use py::parse_json as parse_json_exact;
 
-use minijinja::value::{Kwargs, ValueKind};
+use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 use serde_json::{Map, Value as Json};
 use thiserror::Error as ThisError;
@@ -120,6 +121,10 @@ pub enum TemplateError {
 const TEMPLATE_NAME: &str = "chat_template";
 /// Marker put in front of `raise_exception` messages to recognise them.
 const RAISE_MARKER: &str = "\u{1}raise_exception\u{1}";
+
+/// Global function that builds a Python tuple; tuple literals in the source
+/// are rewritten into calls of it.
+const TUPLE_FN: &str = "__redlite_py_tuple__";
 
 /// Marker put in front of resource-limit messages raised by our own code.
 const LIMIT_MARKER: &str = "\u{1}limit\u{1}";
@@ -190,8 +195,15 @@ impl ChatTemplate {
     /// `bos_token` / `eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
         let mut env = build_environment();
-        env.add_template_owned(TEMPLATE_NAME, prepare_source(source))
-            .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        // Tuple literals are found by a light scan of the expressions; should
+        // it ever misread a source, the source compiles without it.
+        if env
+            .add_template_owned(TEMPLATE_NAME, prepare_source(source, true))
+            .is_err()
+        {
+            env.add_template_owned(TEMPLATE_NAME, prepare_source(source, false))
+                .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        }
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
@@ -672,8 +684,10 @@ fn classify_error(e: &Error) -> TemplateError {
 /// every `\r\n` and lone `\r` becomes `\n` (`newline_sequence`), and
 /// transformers' `{% generation %}…{% endgeneration %}` block, which renders
 /// its body unchanged, becomes a scope block minijinja knows (`with`), keeping
-/// the tag's whitespace-control markers.
-fn prepare_source(source: &str) -> String {
+/// the tag's whitespace-control markers. With `tuples`, tuple literals
+/// (`(a, b)`, `(a,)`, `()`) become calls of [`TUPLE_FN`], so they are Python
+/// tuples (minijinja reads them as lists).
+fn prepare_source(source: &str, tuples: bool) -> String {
     let src = source.replace("\r\n", "\n").replace('\r', "\n");
     let b = src.as_bytes();
     let mut out = String::with_capacity(src.len());
@@ -711,7 +725,23 @@ fn prepare_source(source: &str) -> String {
         }
         match b[i + 1] {
             b'#' => i = src[i + 2..].find("#}").map_or(b.len(), |p| i + 2 + p + 2),
-            b'{' => i = skip_tag(i + 2, b"}}"),
+            b'{' => {
+                let end = skip_tag(i + 2, b"}}");
+                if tuples {
+                    let inner = src
+                        .get(i + 2..end)
+                        .and_then(|t| t.strip_suffix("}}"))
+                        .unwrap_or_default();
+                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, false) {
+                        out.push_str(&src[copied..i]);
+                        out.push_str("{{");
+                        out.push_str(&rewritten);
+                        out.push_str("}}");
+                        copied = end;
+                    }
+                }
+                i = end;
+            }
             b'%' => {
                 let end = skip_tag(i + 2, b"%}");
                 let inner = src
@@ -767,6 +797,14 @@ fn prepare_source(source: &str) -> String {
                     out.push_str(trail.unwrap_or_default());
                     out.push_str("%}");
                     copied = end;
+                } else if tuples {
+                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, true) {
+                        out.push_str(&src[copied..i]);
+                        out.push_str("{%");
+                        out.push_str(&rewritten);
+                        out.push_str("%}");
+                        copied = end;
+                    }
                 }
                 i = end;
             }
@@ -845,6 +883,9 @@ fn build_environment() -> Environment<'static> {
     env.add_test("integer", |v: Value| -> bool {
         (v.kind() == ValueKind::Number && v.is_integer())
             || v.downcast_object_ref::<py::PyBigInt>().is_some()
+    });
+    env.add_function(TUPLE_FN, |items: Rest<Value>| -> Value {
+        py::PyTuple::value(items.0)
     });
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(

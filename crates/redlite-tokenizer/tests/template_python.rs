@@ -1025,3 +1025,19 @@ fn exact_json_reader_matches_json_loads() {
         Err(TemplateError::InvalidTool { index: 0, .. })
     ));
 }
+
+#[test]
+fn tuple_literals_are_python_tuples() {
+    let template = r#"{{ (1, 2) }}|{{ (1,) }}|{{ () }}|{{ (1) }}|{{ ((1, 2), [3, (4,)]) }}|{{ [(1, 'a')] }}
+{{- {'k': ('v', none, true)} }}|{{ (1, 2) | length }}|{{ (1, 2)[1] }}|{{ (1, 2) | tojson }}
+{%- if r in ('user', 'system') %}|in{% endif %}
+{%- if r not in ('x',) %}|notin{% endif %}
+{%- for a, b in [(1, 2), (3, 4)] %}|{{ a }}{{ b }}{% endfor %}
+{%- for (a, b) in [(5, 6)] %}|{{ a }}{{ b }}{% endfor %}
+{%- set t = ('p', 'q') %}|{{ t }}|{{ t | join('-') }}
+{%- set x, y = (7, 8) %}|{{ x }}{{ y }}
+{%- macro m(v=(1, 2)) %}{{ v }}{% endmacro %}|{{ m() }}|{{ m((3,)) }}
+|{{ s.startswith(('a', 'b')) }}|{{ s.split(',')[0] }}|{{ (s, 1) }}|{{ f(1) if f is defined else (1, 2) }}
+|{{ {'a': 1} | tojson(separators=(',', ':')) }}|{{ ('a' ~ 'b', 2 * (3 + 4)) }}|{{ (2 * (3 + 4)) }}"#;
+    compare_with(template, &[json!({"r": "user", "s": "a,b"})]);
+}

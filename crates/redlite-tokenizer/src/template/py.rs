@@ -2088,3 +2088,145 @@ pub fn filter_length(value: Value) -> Result<Value, Error> {
         },
     }
 }
+
+// ---------------------------------------------------------------------------
+// Tuple literals
+
+/// A token of a Jinja expression, as far as finding tuple literals needs.
+#[derive(Clone, Copy, PartialEq)]
+enum Tok<'a> {
+    Ident(&'a str),
+    Other,
+    Punct(&'a str),
+}
+
+fn tokens(src: &str) -> Vec<(usize, Tok<'_>)> {
+    let b = src.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'\'' || c == b'"' {
+            let start = i;
+            i += 1;
+            while i < b.len() && b[i] != c {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i = (i + 1).min(b.len());
+            out.push((start, Tok::Other));
+        } else if c == b'_' || c.is_ascii_alphabetic() || c >= 0x80 {
+            let start = i;
+            while i < b.len() && (b[i] == b'_' || b[i].is_ascii_alphanumeric() || b[i] >= 0x80) {
+                i += 1;
+            }
+            out.push((start, Tok::Ident(&src[start..i])));
+        } else if c.is_ascii_digit() {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_') {
+                i += 1;
+            }
+            out.push((start, Tok::Other));
+        } else {
+            let two = src.get(i..i + 2).unwrap_or_default();
+            let len = if matches!(two, "==" | "!=" | "<=" | ">=" | "**" | "//") {
+                2
+            } else {
+                1
+            };
+            out.push((i, Tok::Punct(&src[i..i + len])));
+            i += len;
+        }
+    }
+    out
+}
+
+/// Rewrite the tuple literals of one `{{ … }}` or `{% … %}` tag body into
+/// calls of the tuple function; `None` when there are none. A `(` opens a
+/// tuple when it does not call something (it follows an operator, a keyword
+/// or nothing) and holds a top-level comma or nothing. Assignment targets
+/// (`for (a, b) in`, `set (a, b) =`) are left alone.
+pub fn rewrite_tuple_literals(src: &str, statement: bool) -> Option<String> {
+    const KEYWORDS: &[&str] = &[
+        "in", "not", "and", "or", "if", "else", "elif", "is", "for", "set", "with", "return",
+        "print",
+    ];
+    let toks = tokens(src);
+    // First token that may be part of an expression.
+    let mut first = 0;
+    if statement {
+        let keyword = toks.iter().find_map(|(_, t)| match t {
+            Tok::Ident(w) => Some(*w),
+            _ => None,
+        });
+        let target_end = |stop: &dyn Fn(&Tok) -> bool| -> usize {
+            let mut depth = 0i32;
+            for (k, (_, t)) in toks.iter().enumerate() {
+                match t {
+                    Tok::Punct("(" | "[" | "{") => depth += 1,
+                    Tok::Punct(")" | "]" | "}") => depth -= 1,
+                    t if depth == 0 && stop(t) => return k + 1,
+                    _ => {}
+                }
+            }
+            toks.len()
+        };
+        first = match keyword {
+            Some("for") => target_end(&|t| *t == Tok::Ident("in")),
+            Some("set" | "with") => target_end(&|t| *t == Tok::Punct("=")),
+            _ => 0,
+        };
+    }
+    let mut inserts: Vec<usize> = Vec::new();
+    for k in first..toks.len() {
+        if toks[k].1 != Tok::Punct("(") {
+            continue;
+        }
+        let calls = match k.checked_sub(1).map(|p| toks[p].1) {
+            Some(Tok::Ident(w)) => !KEYWORDS.contains(&w),
+            Some(Tok::Punct(")" | "]")) | Some(Tok::Other) => true,
+            _ => false,
+        };
+        if calls {
+            continue;
+        }
+        // Find the matching `)` and a comma directly inside.
+        let mut depth = 0i32;
+        let mut comma = false;
+        let mut empty = true;
+        let mut closed = false;
+        for (_, t) in &toks[k + 1..] {
+            match t {
+                Tok::Punct("(" | "[" | "{") => depth += 1,
+                Tok::Punct(")") if depth == 0 => {
+                    closed = true;
+                    break;
+                }
+                Tok::Punct(")" | "]" | "}") => depth -= 1,
+                Tok::Punct(",") if depth == 0 => comma = true,
+                _ => {}
+            }
+            empty = false;
+        }
+        if closed && (comma || empty) {
+            inserts.push(toks[k].0);
+        }
+    }
+    if inserts.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(src.len() + inserts.len() * 24);
+    let mut last = 0;
+    for at in inserts {
+        out.push_str(&src[last..at]);
+        out.push(' ');
+        out.push_str(super::TUPLE_FN);
+        last = at;
+    }
+    out.push_str(&src[last..]);
+    Some(out)
+}
