@@ -6,24 +6,67 @@
 //!
 //! * `trim_blocks` and `lstrip_blocks` on, trailing newline of the source dropped,
 //!   `break`/`continue` available (`loopcontrols`);
-//! * Python string/dict/list methods (`strip`, `startswith`, `split`, `items`,
-//!   `get`, …) through `minijinja_contrib::pycompat`;
+//! * the source is read as Jinja2's lexer reads it: `\r\n` and lone `\r`
+//!   become `\n`; transformers' `{% generation %}…{% endgeneration %}` block
+//!   renders its body (as a scope, like Jinja2's call block); tuple literals
+//!   (`(a, b)`, `(a,)`, `()`) are rewritten into calls that build Python tuples;
+//! * Python `str` methods with Python's semantics (`py` module): whitespace is
+//!   Python's (`\x1c`–`\x1f` included) in `strip`/`split`/`rsplit`,
+//!   `splitlines` splits at all of Python's line boundaries, `find`/`rfind`/
+//!   `index`/`count` work on character offsets (`count('')` is `len + 1`),
+//!   `islower`/`isupper`/`istitle`/`title`/`capitalize`/`swapcase` follow
+//!   Unicode as CPython does; `ljust`/`rjust`/`center`/`zfill`,
+//!   `partition`/`rpartition`, `removeprefix`/`removesuffix`, `expandtabs`,
+//!   `casefold` exist; `dict.items()`/`keys()`/`values()` are views printing
+//!   as `dict_items([('k', 1)])`; the remaining methods come from
+//!   `minijinja_contrib::pycompat`;
+//! * Jinja2's filters where minijinja's differ or are missing: `trim` (of
+//!   `str(value)`), `title` (Jinja2's word split, "they're" → "They're"),
+//!   `capitalize`, `upper`, `lower`, `join` (items printed with `str()`),
+//!   `items`, `dictsort` and `groupby` (tuples), `int` and `float` (Python
+//!   parsing, defaults, `base`), `round` (Python's correctly rounded `round`,
+//!   ties to even; `ceil`/`floor`), `e`/`escape` (markupsafe's `&#34;`/`&#39;`
+//!   entities), `indent` (Python line boundaries), `replace` (with `count`),
+//!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
+//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined);
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
 //! * `tojson` is transformers' own filter: `json.dumps(x, ensure_ascii=False)`
 //!   with Python's separators (`", "`, `": "`), key order preserved, no HTML
 //!   escaping; `indent`, `separators`, `sort_keys` and `ensure_ascii` keyword
-//!   arguments are honoured;
+//!   arguments are honoured; undefined is an error, as `json.dumps` makes it;
 //! * values print like Python's `str()`: `{{ x }}` and the `string` filter give
 //!   `True`/`False` for booleans, `None` for null, Python float `repr`, and
-//!   Python `repr` syntax for lists and dicts (`['a', 'b']`, `{'k': 1}`). Tool-call
+//!   Python `repr` syntax for lists, tuples and dicts (`['a', 'b']`, `('k', 1)`,
+//!   `{'k': 1}`, non-printable characters escaped as `repr` does). Tool-call
 //!   arguments rendered by the Qwen3-Coder template therefore carry booleans as
 //!   `True`/`False`, exactly as the model saw them in training; the tool-call
-//!   parser accepts both spellings. (Known difference: the `~` operator uses
-//!   minijinja's own formatting, `true`/`false`.)
+//!   parser accepts both spellings;
+//! * numbers are Python's: tool-call `arguments` given as JSON text are read
+//!   with [`parse_json_exact`] (integers of any size stay integers, floats are
+//!   correctly rounded), and so are tools given as text to
+//!   [`ChatTemplate::render_with_tools_json`];
 //! * the `iterable`, `sequence` and `number` tests follow Python: `none is
 //!   iterable` is false, a dict `is sequence`, a boolean `is number`.
+//!
+//! Known differences, all in operators and statements minijinja gives no
+//! hook for: `~` formats floats and containers with minijinja's own
+//! `Display` (`0.0000001` where Python writes `1e-07`); `%` is Euclidean
+//! (Python's result takes the divisor's sign) and does no string formatting
+//! (`'%s' % x` is an error); `**` with a negative integer exponent or an
+//! integer result beyond 128 bits is an error (Python gives a float / a big
+//! integer); `x / 0` is infinite (Python raises); `for` over `none` renders
+//! nothing (Python raises).
+//! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
+//! provided (rendering fails with an unknown-filter error).
+//!
+//! A template is untrusted input, so rendering is bounded: at most
+//! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
+//! minijinja's recursion limit, and a nesting limit when printing values;
+//! each ends rendering with [`TemplateError::Limit`]. Not bounded: a string
+//! doubled by `~` or `+` in a loop grows in memory without passing through
+//! any of these checks (minijinja repeats strings with `*` only up to 100 MB).
 //!
 //! Messages are normalised before rendering (see [`normalize_messages`]):
 //! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
@@ -33,7 +76,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use minijinja::value::{Kwargs, ValueKind};
+mod py;
+pub use py::parse_json as parse_json_exact;
+
+use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 use serde_json::{Map, Value as Json};
 use thiserror::Error as ThisError;
@@ -59,6 +105,13 @@ pub enum TemplateError {
     /// An extra keyword argument would replace one the renderer sets itself.
     #[error("template keyword argument '{0}' is reserved")]
     ReservedKwarg(String),
+    /// Tool definitions given as JSON text do not parse.
+    #[error("tool definitions: {0}")]
+    ToolsJson(String),
+    /// Rendering hit a resource limit (instruction budget, output size,
+    /// nesting depth).
+    #[error("chat template rendering stopped: {0}")]
+    Limit(String),
     /// The GGUF metadata could not be read.
     #[error("reading chat template metadata: {0}")]
     Gguf(String),
@@ -68,6 +121,23 @@ pub enum TemplateError {
 const TEMPLATE_NAME: &str = "chat_template";
 /// Marker put in front of `raise_exception` messages to recognise them.
 const RAISE_MARKER: &str = "\u{1}raise_exception\u{1}";
+
+/// Global function that builds a Python tuple; tuple literals in the source
+/// are rewritten into calls of it.
+const TUPLE_FN: &str = "__redlite_py_tuple__";
+
+/// Marker put in front of resource-limit messages raised by our own code.
+const LIMIT_MARKER: &str = "\u{1}limit\u{1}";
+
+/// Most template instructions one render may execute (minijinja fuel). The
+/// Qwen3-Coder template renders a 48,000-message agent conversation with 30
+/// tools within it; a template that loops without end stops here, well
+/// within a second, instead of hanging.
+pub const MAX_RENDER_FUEL: u64 = 5_000_000;
+/// Largest rendered prompt, in bytes.
+pub const MAX_RENDER_OUTPUT: usize = 64 << 20;
+/// Deepest nesting `tojson`, `string` and printing walk through.
+const MAX_VALUE_DEPTH: usize = 256;
 
 /// A plain ChatML template, used when a model file carries no chat template.
 /// Tool definitions and tool calls are rendered in the Qwen/Hermes JSON style.
@@ -125,8 +195,15 @@ impl ChatTemplate {
     /// `bos_token` / `eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
         let mut env = build_environment();
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
-            .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        // Tuple literals are found by a light scan of the expressions; should
+        // it ever misread a source, the source compiles without it.
+        if env
+            .add_template_owned(TEMPLATE_NAME, prepare_source(source, true))
+            .is_err()
+        {
+            env.add_template_owned(TEMPLATE_NAME, prepare_source(source, false))
+                .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
+        }
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
@@ -204,7 +281,6 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: &Map<String, Json>,
     ) -> Result<String, TemplateError> {
-        let messages = normalize_messages(messages)?;
         if let Some(tools) = tools {
             for (index, tool) in tools.iter().enumerate() {
                 if !tool.is_object() {
@@ -214,6 +290,63 @@ impl ChatTemplate {
                     });
                 }
             }
+        }
+        let tools = tools.map(|t| t.iter().map(json_to_value).collect::<Vec<_>>());
+        self.render_values(messages, tools, add_generation_prompt, extra)
+    }
+
+    /// [`ChatTemplate::render`] with the tool definitions given as JSON text
+    /// (an array), read the way Python's `json.loads` reads it: integers of
+    /// any size stay exact, as they do in the schemas transformers renders.
+    pub fn render_with_tools_json(
+        &self,
+        messages: &[Json],
+        tools_json: Option<&str>,
+        add_generation_prompt: bool,
+        extra: &Map<String, Json>,
+    ) -> Result<String, TemplateError> {
+        let tools = match tools_json {
+            None => None,
+            Some(text) => {
+                let v = py::parse_json(text).map_err(TemplateError::ToolsJson)?;
+                if v.kind() != ValueKind::Seq {
+                    return Err(TemplateError::ToolsJson(format!(
+                        "expected an array of tools, got {}",
+                        py::py_type_name(&v)
+                    )));
+                }
+                let tools: Vec<Value> = v
+                    .try_iter()
+                    .map_err(|e| TemplateError::ToolsJson(e.to_string()))?
+                    .collect();
+                for (index, tool) in tools.iter().enumerate() {
+                    if tool.kind() != ValueKind::Map {
+                        return Err(TemplateError::InvalidTool {
+                            index,
+                            reason: format!("expected an object, got {}", py::py_type_name(tool)),
+                        });
+                    }
+                }
+                Some(tools)
+            }
+        };
+        self.render_values(messages, tools, add_generation_prompt, extra)
+    }
+
+    fn render_values(
+        &self,
+        messages: &[Json],
+        tools: Option<Vec<Value>>,
+        add_generation_prompt: bool,
+        extra: &Map<String, Json>,
+    ) -> Result<String, TemplateError> {
+        let normalized = normalize_messages(messages)?;
+        let mut message_values = Vec::with_capacity(normalized.len());
+        for (index, (norm, orig)) in normalized.iter().zip(messages).enumerate() {
+            message_values.push(
+                message_value(norm, orig)
+                    .map_err(|reason| TemplateError::InvalidMessage { index, reason })?,
+            );
         }
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         ctx.insert("bos_token".into(), Value::from(self.bos_token.as_str()));
@@ -225,13 +358,13 @@ impl ChatTemplate {
             ) {
                 return Err(TemplateError::ReservedKwarg(k.clone()));
             }
-            ctx.insert(k.clone(), Value::from_serialize(v));
+            ctx.insert(k.clone(), json_to_value(v));
         }
-        ctx.insert("messages".into(), Value::from_serialize(&messages));
+        ctx.insert("messages".into(), Value::from(message_values));
         ctx.insert(
             "tools".into(),
             match tools {
-                Some(t) => Value::from_serialize(t),
+                Some(t) => Value::from(t),
                 None => Value::from(()),
             },
         );
@@ -244,9 +377,121 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
-        tmpl.render(Value::from(ctx))
-            .map_err(|e| classify_error(&e))
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            limit: MAX_RENDER_OUTPUT,
+            exceeded: false,
+        };
+        match tmpl.render_captured_to(Value::from(ctx), &mut out) {
+            Ok(_) => {}
+            Err(_) if out.exceeded => {
+                return Err(TemplateError::Limit(format!(
+                    "the rendered prompt exceeds {} MiB",
+                    MAX_RENDER_OUTPUT >> 20
+                )))
+            }
+            Err(e) => return Err(classify_error(&e)),
+        }
+        String::from_utf8(out.buf)
+            .map_err(|e| TemplateError::Render(format!("output is not UTF-8: {e}")))
     }
+}
+
+/// An output sink that refuses to grow past `limit` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other("output size limit reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A JSON value as a template value (Python's view: ints, floats, dicts in
+/// key order).
+fn json_to_value(v: &Json) -> Value {
+    match v {
+        Json::Null => Value::from(()),
+        Json::Bool(b) => Value::from(*b),
+        Json::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Json::String(s) => Value::from(s.as_str()),
+        Json::Array(a) => Value::from(a.iter().map(json_to_value).collect::<Vec<_>>()),
+        Json::Object(o) => Value::from_iter(
+            o.iter()
+                .map(|(k, v)| (Value::from(k.as_str()), json_to_value(v))),
+        ),
+    }
+}
+
+/// A normalised message as a template value. Tool-call `arguments` that the
+/// caller gave as JSON text are read again from that text with
+/// [`py::parse_json`], so their numbers are exactly what Python's
+/// `json.loads` makes of them (integers of any size, correctly rounded
+/// floats).
+fn message_value(norm: &Json, orig: &Json) -> Result<Value, String> {
+    let (Json::Object(n), Json::Object(o)) = (norm, orig) else {
+        return Ok(json_to_value(norm));
+    };
+    let mut pairs = Vec::with_capacity(n.len());
+    for (k, v) in n {
+        let value = match (k.as_str(), v, o.get(k)) {
+            ("tool_calls", Json::Array(calls), Some(Json::Array(orig_calls))) => {
+                let mut out = Vec::with_capacity(calls.len());
+                for (ci, (call, orig_call)) in calls.iter().zip(orig_calls).enumerate() {
+                    out.push(
+                        tool_call_value(call, orig_call)
+                            .map_err(|e| format!("tool_calls[{ci}]: {e}"))?,
+                    );
+                }
+                Value::from(out)
+            }
+            _ => json_to_value(v),
+        };
+        pairs.push((Value::from(k.as_str()), value));
+    }
+    Ok(Value::from_iter(pairs))
+}
+
+fn tool_call_value(call: &Json, orig: &Json) -> Result<Value, String> {
+    let (Json::Object(c), Json::Object(o)) = (call, orig) else {
+        return Ok(json_to_value(call));
+    };
+    let mut pairs = Vec::with_capacity(c.len());
+    for (k, v) in c {
+        let value = match (k.as_str(), o.get(k)) {
+            ("function", Some(orig_f @ Json::Object(_))) => tool_call_value(v, orig_f)?,
+            ("arguments", Some(Json::String(text))) => {
+                if py::py_strip(text, None, true, true).is_empty() {
+                    Value::from_iter(std::iter::empty::<(Value, Value)>())
+                } else {
+                    py::parse_json(text)
+                        .map_err(|e| format!("'arguments' is not valid JSON: {e}"))?
+                }
+            }
+            _ => json_to_value(v),
+        };
+        pairs.push((Value::from(k.as_str()), value));
+    }
+    Ok(Value::from_iter(pairs))
 }
 
 fn json_kind(v: &Json) -> &'static str {
@@ -386,7 +631,7 @@ fn normalize_tool_call(call: &mut Json) -> Result<(), String> {
         return Err("missing string 'name'".into());
     }
     if let Some(Json::String(s)) = target.get("arguments") {
-        let parsed: Json = if s.trim().is_empty() {
+        let parsed: Json = if py::py_strip(s, None, true, true).is_empty() {
             Json::Object(Map::new())
         } else {
             serde_json::from_str(s).map_err(|e| format!("'arguments' is not valid JSON: {e}"))?
@@ -416,9 +661,17 @@ fn classify_error(e: &Error) -> TemplateError {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(me) = err.downcast_ref::<Error>() {
+            if me.kind() == ErrorKind::OutOfFuel {
+                return TemplateError::Limit(format!(
+                    "the template executed more than {MAX_RENDER_FUEL} instructions"
+                ));
+            }
             if let Some(detail) = me.detail() {
                 if let Some(msg) = detail.strip_prefix(RAISE_MARKER) {
                     return TemplateError::Raised(msg.to_string());
+                }
+                if let Some(msg) = detail.strip_prefix(LIMIT_MARKER) {
+                    return TemplateError::Limit(msg.to_string());
                 }
             }
         }
@@ -427,21 +680,184 @@ fn classify_error(e: &Error) -> TemplateError {
     TemplateError::Render(describe_error(e))
 }
 
+/// The template source as Jinja2 sees it after its lexer's normalisation:
+/// every `\r\n` and lone `\r` becomes `\n` (`newline_sequence`), and
+/// transformers' `{% generation %}…{% endgeneration %}` block, which renders
+/// its body unchanged, becomes a scope block minijinja knows (`with`), keeping
+/// the tag's whitespace-control markers. With `tuples`, tuple literals
+/// (`(a, b)`, `(a,)`, `()`) become calls of [`TUPLE_FN`], so they are Python
+/// tuples (minijinja reads them as lists).
+fn prepare_source(source: &str, tuples: bool) -> String {
+    let src = source.replace("\r\n", "\n").replace('\r', "\n");
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    let mut copied = 0;
+    // Skip a string literal starting at `j` (quote char at b[j]).
+    let skip_string = |mut j: usize| -> usize {
+        let q = b[j];
+        j += 1;
+        while j < b.len() && b[j] != q {
+            if b[j] == b'\\' {
+                j += 1;
+            }
+            j += 1;
+        }
+        j + 1
+    };
+    // Skip to just past `close`, stepping over string literals.
+    let skip_tag = |mut j: usize, close: &[u8]| -> usize {
+        while j < b.len() {
+            if b[j] == b'\'' || b[j] == b'"' {
+                j = skip_string(j);
+            } else if b[j..].starts_with(close) {
+                return j + close.len();
+            } else {
+                j += 1;
+            }
+        }
+        b.len()
+    };
+    while i + 1 < b.len() {
+        if b[i] != b'{' {
+            i += 1;
+            continue;
+        }
+        match b[i + 1] {
+            b'#' => i = src[i + 2..].find("#}").map_or(b.len(), |p| i + 2 + p + 2),
+            b'{' => {
+                let end = skip_tag(i + 2, b"}}");
+                if tuples {
+                    let inner = src
+                        .get(i + 2..end)
+                        .and_then(|t| t.strip_suffix("}}"))
+                        .unwrap_or_default();
+                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, false) {
+                        out.push_str(&src[copied..i]);
+                        out.push_str("{{");
+                        out.push_str(&rewritten);
+                        out.push_str("}}");
+                        copied = end;
+                    }
+                }
+                i = end;
+            }
+            b'%' => {
+                let end = skip_tag(i + 2, b"%}");
+                let inner = src
+                    .get(i..end)
+                    .and_then(|t| t.strip_prefix("{%"))
+                    .and_then(|t| t.strip_suffix("%}"))
+                    .unwrap_or_default();
+                // Whitespace-control markers (`-`, `+`) after `{%` and before `%}`.
+                let lead = inner.get(..1).filter(|c| *c == "-" || *c == "+");
+                let body = &inner[lead.map_or(0, str::len)..];
+                let trail = body
+                    .get(body.len().saturating_sub(1)..)
+                    .filter(|c| *c == "-" || *c == "+");
+                let body = &body[..body.len() - trail.map_or(0, str::len)];
+                let name = body.trim();
+                if name == "raw" {
+                    // Copy everything up to and including the endraw tag.
+                    let mut j = end;
+                    loop {
+                        match src[j.min(src.len())..].find("{%") {
+                            None => {
+                                j = b.len();
+                                break;
+                            }
+                            Some(p) => {
+                                let t_end = skip_tag(j + p + 2, b"%}");
+                                let t = src
+                                    .get(j + p + 2..t_end)
+                                    .and_then(|t| t.strip_suffix("%}"))
+                                    .unwrap_or_default()
+                                    .trim_matches(|c: char| {
+                                        c == '-' || c == '+' || c.is_whitespace()
+                                    });
+                                j = t_end;
+                                if t == "endraw" {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    i = j;
+                    continue;
+                }
+                if name == "generation" || name == "endgeneration" {
+                    out.push_str(&src[copied..i]);
+                    out.push_str("{%");
+                    out.push_str(lead.unwrap_or_default());
+                    out.push_str(if name == "generation" {
+                        " with "
+                    } else {
+                        " endwith "
+                    });
+                    out.push_str(trail.unwrap_or_default());
+                    out.push_str("%}");
+                    copied = end;
+                } else if tuples {
+                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, true) {
+                        out.push_str(&src[copied..i]);
+                        out.push_str("{%");
+                        out.push_str(&rewritten);
+                        out.push_str("%}");
+                        copied = end;
+                    }
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&src[copied.min(src.len())..]);
+    out
+}
+
 fn build_environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_fuel(Some(MAX_RENDER_FUEL));
+    env.set_unknown_method_callback(py::method_callback);
     env.set_formatter(|out, _state, value| {
         if value.is_undefined() {
             return Ok(());
         }
-        out.write_str(&py_str(value))
+        let text = py_str_checked(value)?;
+        out.write_str(&text)
             .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
     });
     env.add_filter("tojson", tojson_filter);
-    env.add_filter("string", |v: Value| Value::from(py_str(&v)));
+    env.add_filter("string", |v: Value| -> Result<Value, Error> {
+        Ok(Value::from(py_str_checked(&v)?))
+    });
+    env.add_filter("trim", py::filter_trim);
+    env.add_filter("title", py::filter_title);
+    env.add_filter("capitalize", py::filter_capitalize);
+    env.add_filter("upper", py::filter_upper);
+    env.add_filter("lower", py::filter_lower);
+    env.add_filter("escape", py::filter_escape);
+    env.add_filter("e", py::filter_escape);
+    env.add_filter("join", py::filter_join);
+    env.add_filter("items", py::filter_items);
+    env.add_filter("int", py::filter_int);
+    env.add_filter("float", py::filter_float);
+    env.add_filter("round", py::filter_round);
+    env.add_filter("indent", py::filter_indent);
+    env.add_filter("replace", py::filter_replace);
+    env.add_filter("dictsort", py::filter_dictsort);
+    env.add_filter("min", py::filter_min);
+    env.add_filter("max", py::filter_max);
+    env.add_filter("sum", py::filter_sum);
+    env.add_filter("groupby", py::filter_groupby);
+    env.add_filter("center", py::filter_center);
+    env.add_filter("length", py::filter_length);
+    env.add_filter("count", py::filter_length);
+    env.add_filter("wordcount", py::filter_wordcount);
+    env.add_filter("truncate", py::filter_truncate);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,
@@ -462,6 +878,14 @@ fn build_environment() -> Environment<'static> {
     env.add_test("number", |v: Value| -> bool {
         // Python: `isinstance(v, numbers.Number)`, and bool is an int.
         matches!(v.kind(), ValueKind::Number | ValueKind::Bool)
+            || v.downcast_object_ref::<py::PyBigInt>().is_some()
+    });
+    env.add_test("integer", |v: Value| -> bool {
+        (v.kind() == ValueKind::Number && v.is_integer())
+            || v.downcast_object_ref::<py::PyBigInt>().is_some()
+    });
+    env.add_function(TUPLE_FN, |items: Rest<Value>| -> Value {
+        py::PyTuple::value(items.0)
     });
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(
@@ -556,8 +980,22 @@ fn dump_newline(opts: &DumpOpts, level: usize, out: &mut String) {
 }
 
 fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Result<(), Error> {
+    if level > MAX_VALUE_DEPTH {
+        return Err(depth_error());
+    }
+    if let Some(b) = v.downcast_object_ref::<py::PyBigInt>() {
+        out.push_str(&b.0);
+        return Ok(());
+    }
     match v.kind() {
-        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        // json.dumps refuses Jinja2's Undefined.
+        ValueKind::Undefined => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: object of type Undefined is not JSON serializable",
+            ))
+        }
+        ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&py_number(v, true)),
         ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out),
@@ -659,6 +1097,9 @@ fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) {
 /// Python `str()` / `repr()` of a number. `json` selects JSON spellings of
 /// non-finite floats (`NaN`, `Infinity`) as Python's `json` module writes them.
 fn py_number(v: &Value, json: bool) -> String {
+    if let Some(b) = v.downcast_object_ref::<py::PyBigInt>() {
+        return b.0.clone();
+    }
     if v.is_integer() {
         return v.to_string();
     }
@@ -731,7 +1172,8 @@ pub fn py_float_repr(f: f64, json: bool) -> String {
 }
 
 /// Python `str()` of a template value: strings as they are, `True`/`False`,
-/// `None`, Python float formatting, `repr` syntax for lists and dicts.
+/// `None`, Python float formatting, `repr` syntax for lists, tuples and dicts.
+/// Values nested deeper than the printing limit print as `[...]`.
 pub fn py_str(v: &Value) -> String {
     match v.kind() {
         ValueKind::String => v.as_str().unwrap_or_default().to_string(),
@@ -740,14 +1182,44 @@ pub fn py_str(v: &Value) -> String {
     }
 }
 
+/// [`py_str`] that reports a value nested too deeply as a limit error.
+fn py_str_checked(v: &Value) -> Result<String, Error> {
+    match v.kind() {
+        ValueKind::String => Ok(v.as_str().unwrap_or_default().to_string()),
+        ValueKind::Undefined => Ok(String::new()),
+        _ => {
+            let mut out = String::new();
+            if repr_into(v, &mut out, 0) {
+                Ok(out)
+            } else {
+                Err(depth_error())
+            }
+        }
+    }
+}
+
+fn depth_error() -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("{LIMIT_MARKER}a value is nested more than {MAX_VALUE_DEPTH} levels deep"),
+    )
+}
+
 /// Python `repr()` of a template value.
 pub fn py_repr(v: &Value) -> String {
     let mut out = String::new();
-    repr_into(v, &mut out);
+    repr_into(v, &mut out, 0);
     out
 }
 
-fn repr_into(v: &Value, out: &mut String) {
+/// Append the repr of `v`; false when the nesting limit was reached (the
+/// text then holds `[...]` at that point).
+fn repr_into(v: &Value, out: &mut String, depth: usize) -> bool {
+    if depth > MAX_VALUE_DEPTH {
+        out.push_str("[...]");
+        return false;
+    }
+    let mut ok = true;
     match v.kind() {
         ValueKind::Undefined => {}
         ValueKind::None => out.push_str("None"),
@@ -755,16 +1227,34 @@ fn repr_into(v: &Value, out: &mut String) {
         ValueKind::Number => out.push_str(&py_number(v, false)),
         ValueKind::String => repr_string(v.as_str().unwrap_or_default(), out),
         ValueKind::Seq | ValueKind::Iterable => {
-            out.push('[');
+            let view = v.downcast_object_ref::<py::PyDictView>().map(|d| d.kind);
+            if let Some(kind) = view {
+                out.push_str(kind);
+                out.push('(');
+            }
+            let tuple = v.downcast_object_ref::<py::PyTuple>().is_some();
+            out.push(if tuple { '(' } else { '[' });
+            let mut n = 0;
             if let Ok(it) = v.try_iter() {
                 for (i, item) in it.enumerate() {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    repr_into(&item, out);
+                    ok &= repr_into(&item, out, depth + 1);
+                    n += 1;
                 }
             }
-            out.push(']');
+            if tuple {
+                if n == 1 {
+                    out.push(',');
+                }
+                out.push(')');
+            } else {
+                out.push(']');
+            }
+            if view.is_some() {
+                out.push(')');
+            }
         }
         ValueKind::Map => {
             out.push('{');
@@ -773,19 +1263,22 @@ fn repr_into(v: &Value, out: &mut String) {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    repr_into(&k, out);
+                    ok &= repr_into(&k, out, depth + 1);
                     out.push_str(": ");
                     let item = v.get_item(&k).unwrap_or_default();
-                    repr_into(&item, out);
+                    ok &= repr_into(&item, out, depth + 1);
                 }
             }
             out.push('}');
         }
         _ => out.push_str(&v.to_string()),
     }
+    ok
 }
 
-/// Python `repr(str)`: single quotes unless the text contains `'` and no `"`.
+/// Python `repr(str)`: single quotes unless the text contains `'` and no
+/// `"`; `\\`, `\t`, `\n`, `\r` and the quote escaped; other non-printable
+/// characters (`str.isprintable`) as `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
 fn repr_string(s: &str, out: &mut String) {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
@@ -803,8 +1296,15 @@ fn repr_string(s: &str, out: &mut String) {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
+            c if !py::py_isprintable(c) => {
+                let n = c as u32;
+                let _ = if n < 0x100 {
+                    write!(out, "\\x{n:02x}")
+                } else if n < 0x10000 {
+                    write!(out, "\\u{n:04x}")
+                } else {
+                    write!(out, "\\U{n:08x}")
+                };
             }
             c => out.push(c),
         }

@@ -10,8 +10,13 @@ use std::process::{Command, Stdio};
 use redlite_tokenizer::template::{ChatTemplate, TemplateError, CHATML_TEMPLATE};
 use serde_json::{json, Map, Value};
 
+/// One rendering by Python Jinja2: the text, or the error message and
+/// whether it was a Python exception other than `TemplateError` (a
+/// `TypeError` while rendering, ...).
+type PyResult = Result<String, (String, bool)>;
+
 /// Render `cases` with Python; returns Ok(text) / Err(message) per case.
-fn python_render(template: &str, cases: &[Value]) -> Vec<Result<String, String>> {
+fn python_render(template: &str, cases: &[Value]) -> Vec<PyResult> {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/make_template_golden.py");
     let mut child = Command::new(redlite_testkit::python())
@@ -39,28 +44,48 @@ fn python_render(template: &str, cases: &[Value]) -> Vec<Result<String, String>>
     v.into_iter()
         .map(|r| match r.get("ok") {
             Some(Value::String(s)) => Ok(s.clone()),
-            _ => Err(r["error"].as_str().unwrap_or("?").to_string()),
+            _ => Err((
+                r["error"].as_str().unwrap_or("?").to_string(),
+                r["exception"].as_bool().unwrap_or(false),
+            )),
         })
         .collect()
 }
 
+/// Render a case in Rust. `messages_json` / `tools_json` (JSON text) are
+/// read by `serde_json` when `via_serde` is set, else the tools text goes to
+/// `render_with_tools_json`; Python reads the same text with `json.loads`.
 fn rust_render(tmpl: &ChatTemplate, case: &Value) -> Result<String, TemplateError> {
-    let messages = case["messages"].as_array().unwrap();
-    let tools = case
-        .get("tools")
-        .and_then(Value::as_array)
-        .map(|t| t.as_slice());
+    let via_serde = case["via_serde"].as_bool().unwrap_or(false);
+    let parsed_messages: Option<Vec<Value>> = case
+        .get("messages_json")
+        .and_then(Value::as_str)
+        .map(|t| serde_json::from_str(t).expect("messages_json parses"));
+    let parsed_tools: Option<Vec<Value>> = match case.get("tools_json").and_then(Value::as_str) {
+        Some(t) if via_serde => Some(serde_json::from_str(t).expect("tools_json parses")),
+        _ => None,
+    };
+    let messages = match &parsed_messages {
+        Some(m) => m.as_slice(),
+        None => case["messages"].as_array().unwrap().as_slice(),
+    };
+    let tools = match &parsed_tools {
+        Some(t) => Some(t.as_slice()),
+        None => case
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|t| t.as_slice()),
+    };
     let extra: Map<String, Value> = case
         .get("extra")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    tmpl.render(
-        messages,
-        tools,
-        case["add_generation_prompt"].as_bool().unwrap_or(false),
-        &extra,
-    )
+    let agp = case["add_generation_prompt"].as_bool().unwrap_or(false);
+    match case.get("tools_json").and_then(Value::as_str) {
+        Some(text) if !via_serde => tmpl.render_with_tools_json(messages, Some(text), agp, &extra),
+        _ => tmpl.render(messages, tools, agp, &extra),
+    }
 }
 
 fn compare(template: &str, cases: &[Value]) {
@@ -70,13 +95,34 @@ fn compare(template: &str, cases: &[Value]) {
         let got = rust_render(&tmpl, case);
         match (&got, &want) {
             (Ok(g), Ok(w)) => assert_eq!(g, w, "case {} {}", case["name"], case["extra"]),
-            (Err(TemplateError::Raised(g)), Err(w)) => assert_eq!(g, w),
+            (Err(TemplateError::Raised(g)), Err((w, false))) => assert_eq!(g, w),
+            // Both refuse the input with an error raised while rendering.
+            (Err(TemplateError::Render(_)), Err((_, true))) => {}
             _ => panic!(
                 "case {} {}: rust {got:?} vs python {want:?}",
                 case["name"], case["extra"]
             ),
         }
     }
+}
+
+/// Compare one template rendered with the variables of each `extra`.
+fn compare_with(template: &str, extras: &[Value]) {
+    let cases: Vec<Value> = extras
+        .iter()
+        .enumerate()
+        .map(|(i, e)| json!({"name": i, "messages": [], "extra": e}))
+        .collect();
+    compare(template, &cases);
+}
+
+/// Each expression on its own line, `|` around its output.
+fn expr_template(exprs: &[&str]) -> String {
+    exprs
+        .iter()
+        .map(|e| format!("{e}=|{{{{ {e} }}}}|"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -215,4 +261,783 @@ fn clear_errors() {
         ChatTemplate::new("{% if %}", "", ""),
         Err(TemplateError::Syntax(_))
     ));
+}
+
+// ---------------------------------------------------------------------------
+// Differences from Python Jinja2 found on real templates, one test each.
+
+/// Tool-call arguments of the Qwen3-Coder template: numbers come from the
+/// caller's JSON text and must print as Python prints what `json.loads`
+/// made of it (1-ULP float errors and big integers turned into floats were
+/// visible in the prompt).
+fn qwen3_coder_template() -> String {
+    let path = redlite_testkit::fixture("tokenizer/Qwen3-Coder.jinja");
+    std::fs::read_to_string(&path).expect("template fixture")
+}
+
+const NUMBER_ARGS: &str = r#"{"f1": 0.1, "f2": 1e-7, "pi": 3.141592653589793, "huge": 1e300,
+ "tiny": 5e-324, "max": 1.7976931348623157e308, "sum": 0.30000000000000004,
+ "long": 0.1234567890123456789012345678901234567890, "hard": 2.2250738585072011e-308,
+ "ulp": 9007199254740993.0, "e": 2.718281828459045235360287471352662497757,
+ "small": 7.038531e-26, "tiny2": 1.2345678901234567e-300,
+ "big": 123456789012345678901234567890, "neg_big": -123456789012345678901234567890,
+ "beyond_u128": 1234567890123456789012345678901234567890123,
+ "u64max": 18446744073709551615, "i64min": -9223372036854775808, "zero": -0.0,
+ "list": [0.1, 1e-7, [123456789012345678901234567890, [2.5e-5]]],
+ "obj": {"x": 1e16, "y": [1e300, -1e-300]}}"#;
+
+fn number_tools_json() -> String {
+    // Schemas with the same kinds of numbers, given as JSON text.
+    r#"[{"type": "function", "function": {"name": "calc", "description": "Compute.\u001c",
+      "parameters": {"type": "object", "properties": {
+        "x": {"type": "number", "minimum": 0.1, "maximum": 1e300, "multipleOf": 1e-7,
+              "default": 3.141592653589793, "examples": [0.30000000000000004, 123456789012345678901234567890]},
+        "n": {"type": "integer", "maximum": 123456789012345678901234567890, "exclusiveMinimum": -1e-7,
+              "enum": [1, 2.5, 123456789012345678901234567890]}},
+      "required": ["x"], "x-limit": 98765432109876543210987654321}}}]"#
+        .to_string()
+}
+
+#[test]
+fn qwen3_coder_numbers_in_arguments_and_schemas() {
+    let messages = json!([
+        {"role": "user", "content": "compute"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": NUMBER_ARGS}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"}
+    ]);
+    let cases = vec![
+        json!({"name": "args_and_schema_text", "messages": messages, "tools_json": number_tools_json(),
+               "add_generation_prompt": true}),
+        json!({"name": "args_only", "messages": messages, "add_generation_prompt": true}),
+    ];
+    compare(&qwen3_coder_template(), &cases);
+}
+
+#[test]
+fn floats_parsed_by_serde_json_are_exact() {
+    // Callers parse request bodies with serde_json; without its
+    // `float_roundtrip` feature each of these floats lands 1 ULP off.
+    let floats = "[2.2250738585072011e-308, 9007199254740993.0, 7.038531e-26, \
+        2.718281828459045235360287471352662497757, 1.2345678901234567e-300, 0.1, 1e-7]";
+    let tools = format!(
+        r#"[{{"name": "f", "parameters": {{"type": "object", "properties": {{
+        "a": {{"type": "number", "minimum": 2.2250738585072011e-308, "maximum": 9007199254740993.0,
+              "default": 7.038531e-26, "examples": {floats}}}}}}}}}]"#
+    );
+    let messages = format!(
+        r#"[{{"role": "user", "content": "x"}},
+        {{"role": "assistant", "content": "", "tool_calls": [{{"type": "function",
+          "function": {{"name": "f", "arguments": {{"a": 1.2345678901234567e-300, "l": {floats}}}}}}}]}}]"#
+    );
+    let cases = vec![
+        json!({"name": "serde", "messages_json": messages, "tools_json": tools,
+        "via_serde": true, "add_generation_prompt": true}),
+    ];
+    compare(&qwen3_coder_template(), &cases);
+}
+
+#[test]
+fn qwen3_coder_strings_with_python_whitespace_and_nonprintables() {
+    let odd = "\u{1c}\u{1d} lead\u{1e}\r\n mid\u{85}\u{a0}\u{2028}tail \u{1f}\r";
+    let args = json!({
+        "text": odd,
+        "nested": [["a\u{1c}", "b'c", "d\"e", "f'g\"h"], {"k": ["\u{7f}\u{ad}\u{200b}\u{e000}", "é ✓ 🚀"]}],
+        "cr": "x\ry",
+        "types": [true, false, null, 1, 2.5]
+    });
+    let tools = json!([{"type": "function", "function": {"name": "note",
+        "description": odd,
+        "parameters": {"type": "object", "properties": {
+            "text": {"type": ["string", "null"], "description": odd,
+                     "enum": ["a\u{1c}", "\u{7f}", "it's"], "title": "x\u{1f}"},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "default": [true, null]}}}}}]);
+    let messages = json!([
+        {"role": "system", "content": odd},
+        {"role": "user", "content": odd},
+        {"role": "assistant", "content": odd, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "note", "arguments": args.to_string()}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": odd}
+    ]);
+    let cases = vec![
+        json!({"name": "odd_strings", "messages": messages, "tools": tools,
+        "add_generation_prompt": true}),
+    ];
+    compare(&qwen3_coder_template(), &cases);
+}
+
+#[test]
+fn python_whitespace_in_strip_split_splitlines() {
+    let exprs = [
+        "s.strip()",
+        "s.lstrip()",
+        "s.rstrip()",
+        "s.strip(' \\x1c')",
+        "s.split()",
+        "s.split(None, 1)",
+        "s.split('\\x1d')",
+        "s.split(' ', 2)",
+        "s.rsplit()",
+        "s.rsplit(None, 1)",
+        "s.rsplit(' ', 1)",
+        "s.splitlines()",
+        "s.splitlines(True)",
+        "s | trim",
+        "s.isspace()",
+        "w.isspace()",
+        "''.isspace()",
+        "w.split()",
+        "w.strip() | length",
+        "'a\\r\\nb\\rc\\nd\\x0be\\x0cf\\x1cg\\x1dh\\x1ei\\x1fj\\x85k\\u2028l\\u2029m'.splitlines()",
+        "'x\\n'.splitlines(keepends=True)",
+        "'a,b,,c'.split(',', maxsplit=1)",
+        "'  a  b  '.split(sep=None)",
+    ];
+    let template = expr_template(&exprs);
+    compare_with(
+        &template,
+        &[
+            json!({"s": "\u{1c}\u{1d}\u{1e}\u{1f} a\u{1d}b  c\u{85}d\u{a0}e\u{3000}\r\n\u{2028}f \u{1f}", "w": "\u{1c}\u{1f}\u{85} \t"}),
+            json!({"s": "", "w": ""}),
+        ],
+    );
+}
+
+#[test]
+fn containers_print_like_python_repr() {
+    let exprs = [
+        "v",
+        "v | string",
+        "[v, (1, 2)] | length",
+        "d.items() | list",
+        "d.items()",
+        "d.keys()",
+        "d.values()",
+        "d.keys() | list",
+        "d.values() | length",
+        "d.get('b')",
+        "d | items | list",
+        "(d.items() | list)[0]",
+        "d | dictsort | length",
+        "[s]",
+        "{s: s}",
+    ];
+    let template = expr_template(&exprs);
+    compare_with(
+        &template,
+        &[json!({
+            "v": [1, 2.5, "a", "it's", "say \"hi\"", "both ' and \"", true, false, null,
+                  [[]], {"k": [1e-7, 1e16, "\u{1c}\u{7f}\u{85}\u{a0}\u{ad}\u{200b}\u{2028}\u{e000}\u{fffe}\u{3000}"]},
+                  "tab\tnl\ncr\rbs\\"],
+            "d": {"a": 1, "b": [true, null], "c": {"x": "y"}},
+            "s": "x\u{1}\u{1b}\u{9f}"
+        })],
+    );
+}
+
+#[test]
+fn trim_of_non_strings() {
+    let exprs = [
+        "n | trim",
+        "f | trim",
+        "b | trim",
+        "z | trim",
+        "l | trim",
+        "d | trim",
+        "s | trim('x')",
+        "s | trim",
+    ];
+    compare_with(
+        &expr_template(&exprs),
+        &[
+            json!({"n": 42, "f": 2.5, "b": true, "z": null, "l": [" a ", 1], "d": {"k": " v "},
+                 "s": "xx\u{1c} hi \u{1f}xx"}),
+        ],
+    );
+}
+
+#[test]
+fn crlf_template_sources() {
+    let template = "{% for m in messages %}\r\n  {%- if m.role == 'user' %}\r\nU: {{ m.content }}\r\n  {% else %}\r\nA: {{ m.content }}\r\r\n{% endif %}\r\n{% endfor %}\r\n{{ 'lit\r\nline' }}\r\n{# c\r\n #}\rend\r\n";
+    let cases = vec![json!({"name": "crlf", "messages": [
+        {"role": "user", "content": "hi\r\nthere"}, {"role": "assistant", "content": "ok"}]})];
+    compare(template, &cases);
+    compare("no newline at end\r\n\r\n", &cases);
+    compare("lone cr\r", &cases);
+}
+
+#[test]
+fn generation_block_renders_its_body() {
+    let template = "{% for m in messages %}\n{% if m.role == 'assistant' %}\n  {% generation %}\n{{ m.content }}{% set inner = 1 %}\n  {% endgeneration %}\n{% else %}{{ m.content }}{% endif %}\n{%- generation -%}  [{{ loop.index }}]  {%- endgeneration -%}\n{% endfor %}{{ inner is defined }}{{ '{% generation %}' }}{# {% generation %} #}{% raw %}{% generation %}x{% endgeneration %}{% endraw %}";
+    let cases = vec![json!({"name": "gen", "messages": [
+        {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})];
+    compare(template, &cases);
+}
+
+#[test]
+fn round_filter_is_pythons_round() {
+    let exprs = [
+        "2.5 | round",
+        "3.5 | round",
+        "-2.5 | round",
+        "0.125 | round(2)",
+        "0.375 | round(2)",
+        "2.675 | round(2)",
+        "1.5 | round(0)",
+        "42.55 | round(1, 'floor')",
+        "42.55 | round(1, 'ceil')",
+        "-42.55 | round(1, 'floor')",
+        "1250.0 | round(-2)",
+        "1350.0 | round(-2)",
+        "1250.3 | round(-2)",
+        "-1250.0 | round(-2)",
+        "15 | round(-1)",
+        "25 | round(-1)",
+        "-25 | round(-1)",
+        "7 | round",
+        "7 | round(2)",
+        "x | round(3)",
+        "1e300 | round(2)",
+        "0.5 | round",
+        "(1e-7 * 3) | round(8)",
+        "123.456 | round(-1, 'floor')",
+        "true | round",
+    ];
+    compare_with(&expr_template(&exprs), &[json!({"x": 12.345_678_9})]);
+}
+
+#[test]
+fn int_and_float_filters_are_jinja2s() {
+    let exprs = [
+        "'42' | int",
+        "' 42 ' | int",
+        "'3.7' | int",
+        "'-3.7' | int",
+        "'0x1A' | int",
+        "'0x1A' | int(base=16)",
+        "'1A' | int(0, 16)",
+        "'0b101' | int(base=0)",
+        "'0o17' | int(base=8)",
+        "'1_000' | int",
+        "'1__0' | int",
+        "'abc' | int",
+        "'abc' | int(7)",
+        "'abc' | int(default=-1)",
+        "'1e3' | int",
+        "'inf' | int",
+        "'nan' | int",
+        "'' | int",
+        "none | int",
+        "true | int",
+        "3.99 | int",
+        "-3.99 | int",
+        "1e20 | int",
+        "1e300 | int",
+        "'123456789012345678901234567890' | int",
+        "[1] | int",
+        "'3.7' | float",
+        "' -1e-7 ' | float",
+        "'1_0.5' | float",
+        "'inf' | float",
+        "'-Infinity' | float",
+        "'nan' | float",
+        "'abc' | float",
+        "'abc' | float(1.5)",
+        "none | float",
+        "true | float",
+        "3 | float",
+        "'0x10' | float",
+        "'.5' | float",
+        "'5.' | float",
+    ];
+    compare_with(&expr_template(&exprs), &[json!({})]);
+}
+
+#[test]
+fn find_and_count_use_character_offsets() {
+    let exprs = [
+        "s.find('b')",
+        "s.find('✓')",
+        "s.rfind('b')",
+        "s.find('b', 3)",
+        "s.find('b', -3)",
+        "s.find('zz')",
+        "s.find('')",
+        "s.rfind('')",
+        "s.find('', 100)",
+        "s.index('✓')",
+        "s.rindex('b')",
+        "s.count('b')",
+        "s.count('')",
+        "s.count('', 2)",
+        "s.count('', 2, 4)",
+        "s.count('', 100)",
+        "'hello'.count('')",
+        "''.count('')",
+        "'aaaa'.count('aa')",
+        "s.count('b', 0, 3)",
+        "'hello'.replace('', '-')",
+        "'hello'.replace('', '-', 2)",
+    ];
+    compare_with(&expr_template(&exprs), &[json!({"s": "éé✓b🚀ab"})]);
+}
+
+#[test]
+fn case_predicates_and_title_case() {
+    let exprs = [
+        "s.islower()",
+        "s.isupper()",
+        "s.istitle()",
+        "s.title()",
+        "s | title",
+        "s.capitalize()",
+        "s | capitalize",
+        "s.upper()",
+        "s | upper",
+        "s.lower()",
+        "s.isalpha()",
+        "s.isdigit()",
+        "s.isnumeric()",
+        "s.isdecimal()",
+        "s.isalnum()",
+    ];
+    let values = [
+        "they're bill's friends from the UK",
+        "hello-world (foo) [bar] {baz} <qux> x\u{1c}y a_b a.b",
+        "éàü",
+        "ÉÀÜ",
+        "ǆemal ǈub",
+        "ß straße",
+        "ﬁne ﬂow",
+        "123",
+        "²³",
+        "١٢٣",
+        "Ⅻ",
+        "abc123",
+        "ǅ",
+        "ΣΑΣ ΟΔΟΣ",
+        "",
+        "1a",
+        "ª",
+        "Hello World",
+        "Hello world",
+        "HELLO",
+    ];
+    let extras: Vec<Value> = values.iter().map(|v| json!({"s": v})).collect();
+    compare_with(&expr_template(&exprs), &extras);
+    compare_with(
+        "{{ n | title }}|{{ b | upper }}|{{ l | lower }}|{{ n | capitalize }}",
+        &[json!({"n": 1.5, "b": true, "l": ["A"]})],
+    );
+}
+
+#[test]
+fn escape_filter_uses_markupsafe_entities() {
+    let exprs = [
+        "s | e",
+        "s | escape",
+        "s | e | e",
+        "n | e",
+        "b | e",
+        "z | e",
+        "l | e",
+        "(s | e) | length",
+    ];
+    compare_with(
+        &expr_template(&exprs),
+        &[
+            json!({"s": "<a href=\"x\">Tom & 'Jerry'</a> / \\", "n": 1.5, "b": false, "z": null,
+                 "l": ["<", "'"]}),
+        ],
+    );
+}
+
+#[test]
+fn join_prints_items_with_python_str() {
+    let exprs = [
+        "l | join(',')",
+        "l | join",
+        "l | join(d='; ')",
+        "u | join(', ', attribute='name')",
+        "d | join('-')",
+        "'abc' | join('.')",
+    ];
+    compare_with(
+        &expr_template(&exprs),
+        &[
+            json!({"l": [1, 1.0, true, null, "s", [1, "a"], {"k": false}, 1e-7],
+                 "u": [{"name": "a"}, {"name": 2.5}], "d": {"x": 1, "y": 2}}),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Safety: a template is untrusted input.
+
+#[test]
+fn runaway_templates_stop_with_a_clear_error() {
+    let none = Map::new();
+    // `count('')` once looped forever; it now answers as Python does.
+    let t = ChatTemplate::new("{{ 'hello'.count('') }}", "", "").unwrap();
+    let start = std::time::Instant::now();
+    assert_eq!(t.render(&[], None, false, &none).unwrap(), "6");
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+
+    // An effectively endless loop is stopped by the instruction budget.
+    let t = ChatTemplate::new(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "",
+        "",
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let err = t.render(&[], None, false, &none).unwrap_err();
+    let elapsed = start.elapsed();
+    assert!(matches!(err, TemplateError::Limit(_)), "{err}");
+    assert!(err.to_string().contains("instructions"), "{err}");
+    assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
+
+    // Huge output is refused before it is built in memory.
+    let t = ChatTemplate::new(
+        "{% set s = 'x' * 99000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}",
+        "",
+        "",
+    )
+    .unwrap();
+    let err = t.render(&[], None, false, &none).unwrap_err();
+    assert!(matches!(err, TemplateError::Limit(_)), "{err}");
+    assert!(err.to_string().contains("MiB"), "{err}");
+
+    // Padding wider than the output limit is refused before allocating.
+    for src in [
+        "{{ 'x'.ljust(10000000000) }}",
+        "{{ 'x' | center(10000000000) }}",
+    ] {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let err = t.render(&[], None, false, &none).unwrap_err();
+        assert!(matches!(err, TemplateError::Limit(_)), "{src}: {err}");
+    }
+
+    // Unbounded recursion is refused.
+    let t = ChatTemplate::new(
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "",
+        "",
+    )
+    .unwrap();
+    let err = t.render(&[], None, false, &none).unwrap_err();
+    assert!(err.to_string().contains("recursion"), "{err}");
+
+    // A value nested beyond the printing limit is an error, not a stack
+    // overflow.
+    let t = ChatTemplate::new(
+        "{% set ns = namespace(v=[]) %}{% for i in range(5000) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v }}",
+        "",
+        "",
+    )
+    .unwrap();
+    let err = t.render(&[], None, false, &none).unwrap_err();
+    assert!(matches!(err, TemplateError::Limit(_)), "{err}");
+    let t = ChatTemplate::new(
+        "{% set ns = namespace(v=[]) %}{% for i in range(5000) %}{% set ns.v = [ns.v] %}{% endfor %}{{ ns.v | tojson }}",
+        "",
+        "",
+    )
+    .unwrap();
+    let err = t.render(&[], None, false, &none).unwrap_err();
+    assert!(matches!(err, TemplateError::Limit(_)), "{err}");
+}
+
+#[test]
+fn malformed_sources_fail_to_compile_without_panicking() {
+    for src in [
+        "{%",
+        "{%-%}",
+        "{%-",
+        "{%+ %}é",
+        "{% raw %}é",
+        "{% raw %}é{% endraw",
+        "{{ 'é",
+        "{{ \"é\\",
+        "{% generation",
+        "{% generation %}",
+        "{% endgeneration %}",
+        "é{%é%}é",
+        "{#é",
+        "\r\r\n\r{%\r%}",
+    ] {
+        // Compiles or reports a syntax error; either way no panic.
+        if let Err(e) = ChatTemplate::new(src, "", "") {
+            assert!(matches!(e, TemplateError::Syntax(_)), "{src:?}: {e}");
+        }
+    }
+}
+
+#[test]
+fn indent_replace_and_aggregating_filters_are_jinja2s() {
+    let exprs = [
+        "s | indent",
+        "s | indent(2, true)",
+        "s | indent(first=true, blank=true)",
+        "s | indent(width='> ')",
+        "'a\\n\\nb' | indent",
+        "'a\\n\\nb' | indent(blank=true)",
+        "'' | indent",
+        "s | replace('l', 'L', 2)",
+        "s | replace('l', 'L')",
+        "n | replace('7', 'x')",
+        "d | dictsort",
+        "d | dictsort(true)",
+        "d | dictsort(reverse=true)",
+        "{'b': 2, 'a': 1} | dictsort(by='value')",
+        "(d | dictsort)[0]",
+        "w | min",
+        "w | max",
+        "w | min(case_sensitive=true)",
+        "u | min(attribute='v')",
+        "u | max(attribute='name')",
+        "[] | min",
+        "l | sum",
+        "l | sum(start=10)",
+        "[0.1, 0.2, 1] | sum",
+        "[true, 2] | sum",
+        "u | sum(attribute='v')",
+        "u | groupby('name')",
+        "u | groupby('name') | map(attribute='grouper') | list",
+        "u | groupby('v') | list",
+        "[{'k': 'A'}, {'k': 'a'}, {'k': 'B'}] | groupby('k') | list",
+        "[{'k': 'A'}, {'k': 'a'}] | groupby('k', case_sensitive=true) | list",
+        "u | groupby('missing', default='zz') | list",
+    ];
+    let mut template = expr_template(&exprs);
+    template.push_str(
+        "\n{% for g in u | groupby('name') %}{{ g.grouper }}:{{ g.list | length }};{% endfor %}",
+    );
+    template.push_str(
+        "{% for key, items in u | groupby('name') %}{{ key }}={{ items[0].v }};{% endfor %}",
+    );
+    compare_with(
+        &template,
+        &[
+            json!({"s": "  Hello, World!\tx\u{1c}y\n second line\r\nthird  ", "n": -7,
+            "l": [3, 1, 2, 1], "w": ["b", "a", "C"], "d": {"b": 1, "a": 2, "C": 3},
+            "u": [{"name": "x", "v": 2}, {"name": "y", "v": 1}, {"name": "x", "v": 3}]}),
+        ],
+    );
+}
+
+#[test]
+fn more_python_str_methods_and_text_filters() {
+    let exprs = [
+        "'abc'.ljust(6, '*')",
+        "'abc'.rjust(6)",
+        "'abc'.center(6, '*')",
+        "'abc'.center(8, '*')",
+        "'ab'.center(5, '*')",
+        "'ab'.center(7, '*')",
+        "'éé'.center(5)",
+        "'-42'.zfill(6)",
+        "'42'.zfill(5)",
+        "'a,b,c'.partition(',')",
+        "'a,b,c'.rpartition(',')",
+        "'abc'.partition('x')",
+        "'abc'.rpartition('x')",
+        "'Straße ΣΑΣ'.swapcase()",
+        "'Straße'.casefold()",
+        "'abc'.removeprefix('a')",
+        "'abc'.removesuffix('c')",
+        "'a\\tbc\\td\\n\\tx'.expandtabs()",
+        "'a\\tbc'.expandtabs(4)",
+        "'a\\tbc'.expandtabs(tabsize=2)",
+        "s | center(50)",
+        "'ab' | center(7)",
+        "'a_b c1 é, x-y' | wordcount",
+        "s | truncate(12)",
+        "s | truncate(12, true)",
+        "s | truncate(12, end='…')",
+        "'short' | truncate(3, leeway=0)",
+        "'hello world foo' | truncate(9, leeway=0)",
+    ];
+    compare_with(
+        &expr_template(&exprs),
+        &[json!({"s": "  Hello, World! they're\tx\u{1c}y\n second line\r\nthird  "})],
+    );
+}
+
+#[test]
+fn random_template_fragments_never_panic() {
+    use rand::{Rng, SeedableRng};
+    // Sources assembled from Jinja fragments: whatever compiles renders to
+    // text or to an error, never a panic, and within the instruction budget.
+    const FRAGMENTS: &[&str] = &[
+        "{%",
+        "%}",
+        "{%-",
+        "-%}",
+        "{{",
+        "}}",
+        "{#",
+        "#}",
+        " generation ",
+        " endgeneration ",
+        " raw ",
+        " endraw ",
+        "'",
+        "\"",
+        "\\",
+        "\r",
+        "\n",
+        "\r\n",
+        "é",
+        "x",
+        " ",
+        " if ",
+        " for ",
+        " in ",
+        " endif ",
+        " endfor ",
+        "(",
+        ")",
+        ",",
+        "|",
+        "trim",
+        "[",
+        "]",
+        "1",
+        "-1",
+        ".",
+        "count('')",
+        "ljust(3)",
+        "split()",
+        "splitlines()",
+        "messages",
+        "m",
+        "m.content",
+        "items()",
+        "title",
+        "round(1)",
+        "int",
+        "e",
+        "tojson",
+        "~",
+        "+",
+        "*",
+        "%",
+        "range(3)",
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e3a);
+    let messages = [
+        json!({"role": "user", "content": " a\u{1c}b\r\n"}),
+        json!({"role": "assistant", "content": "c", "tool_calls": [{"function": {"name": "f",
+            "arguments": "{\"x\": 123456789012345678901234567890, \"y\": [0.1]}"}}]}),
+    ];
+    let none = Map::new();
+    let mut compiled = 0;
+    for _ in 0..20000 {
+        let n = rng.gen_range(1..24);
+        let src: String = (0..n)
+            .map(|_| FRAGMENTS[rng.gen_range(0..FRAGMENTS.len())])
+            .collect();
+        if let Ok(t) = ChatTemplate::new(&src, "<s>", "</s>") {
+            compiled += 1;
+            let _ = t.render(&messages, None, true, &none);
+        }
+    }
+    assert!(compiled > 1000, "only {compiled} sources compiled");
+}
+
+#[test]
+fn undefined_values_behave_as_in_jinja2() {
+    compare_with(
+        &expr_template(&[
+            "undefined_var | length",
+            "undefined_var | count",
+            "d.missing | length",
+            "s | length",
+            "l | length",
+            "d | length",
+            "undefined_var | trim",
+            "undefined_var | join(',')",
+            "undefined_var | items | list",
+            "undefined_var | default('d')",
+            "l[5] is defined",
+        ]),
+        &[json!({"s": "é✓🚀", "l": [1, 2], "d": {"a": 1}})],
+    );
+    // json.dumps refuses Undefined, and so does tojson; len(None) fails.
+    for src in [
+        "{{ undefined_var | tojson }}",
+        "{{ d.missing | tojson }}",
+        "{{ z | length }}",
+        "{{ 5 | length }}",
+    ] {
+        compare_with(src, &[json!({"d": {"a": 1}, "z": null})]);
+    }
+}
+
+#[test]
+fn exact_json_reader_matches_json_loads() {
+    // Tools given as JSON text print as Python prints json.loads' result.
+    let text = r#" [ {"name": "t", "dup": 1, "x": [1, -0, 0.0, -0.0, 1E5, 1e-5, 2E+3, 10.50,
+        -123456789012345678901234567890, 340282366920938463463374607431768211456,
+        -170141183460469231731687303715884105729, 18446744073709551616, NaN, Infinity,
+        -Infinity, 1e400, true, false, null, [], {}, [[[]]]],
+        "s": "\u00e9\ud83d\ude80\/\b\f\n\r\t\"\\ \u0000\u001c é", "dup": {"a": 2, "a": 3},
+        "order": {"z": 1, "a": 2, "m": 3}} ]
+    "#;
+    let cases = vec![json!({"name": "json", "messages": [], "tools_json": text})];
+    compare(
+        "{{ tools }}|{{ tools[0].x | length }}|{{ tools | tojson }}|{{ tools[0].x[5] is number }}",
+        &cases,
+    );
+    // What json.loads rejects is rejected with a clear error.
+    let tmpl = ChatTemplate::chatml("", "");
+    let none = Map::new();
+    for bad in [
+        "[1,]",
+        "{\"a\": 1,}",
+        "[01]",
+        "[1.]",
+        "[.5]",
+        "[+1]",
+        "['a']",
+        "[\"a\tb\"]",
+        "[1] x",
+        "",
+        "[\"\\x\"]",
+    ] {
+        let err = tmpl
+            .render_with_tools_json(&[], Some(bad), false, &none)
+            .unwrap_err();
+        assert!(matches!(err, TemplateError::ToolsJson(_)), "{bad:?}: {err}");
+    }
+    let deep = format!("[{}{}]", "[".repeat(200), "]".repeat(200));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some(&deep), false, &none),
+        Err(TemplateError::ToolsJson(_))
+    ));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some("{\"a\": 1}"), false, &none),
+        Err(TemplateError::ToolsJson(_))
+    ));
+    assert!(matches!(
+        tmpl.render_with_tools_json(&[], Some("[1]"), false, &none),
+        Err(TemplateError::InvalidTool { index: 0, .. })
+    ));
+}
+
+#[test]
+fn tuple_literals_are_python_tuples() {
+    let template = r#"{{ (1, 2) }}|{{ (1,) }}|{{ () }}|{{ (1) }}|{{ ((1, 2), [3, (4,)]) }}|{{ [(1, 'a')] }}
+{{- {'k': ('v', none, true)} }}|{{ (1, 2) | length }}|{{ (1, 2)[1] }}|{{ (1, 2) | tojson }}
+{%- if r in ('user', 'system') %}|in{% endif %}
+{%- if r not in ('x',) %}|notin{% endif %}
+{%- for a, b in [(1, 2), (3, 4)] %}|{{ a }}{{ b }}{% endfor %}
+{%- for (a, b) in [(5, 6)] %}|{{ a }}{{ b }}{% endfor %}
+{%- set t = ('p', 'q') %}|{{ t }}|{{ t | join('-') }}
+{%- set x, y = (7, 8) %}|{{ x }}{{ y }}
+{%- macro m(v=(1, 2)) %}{{ v }}{% endmacro %}|{{ m() }}|{{ m((3,)) }}
+|{{ s.startswith(('a', 'b')) }}|{{ s.split(',')[0] }}|{{ (s, 1) }}|{{ f(1) if f is defined else (1, 2) }}
+|{{ {'a': 1} | tojson(separators=(',', ':')) }}|{{ ('a' ~ 'b', 2 * (3 + 4)) }}|{{ (2 * (3 + 4)) }}"#;
+    compare_with(template, &[json!({"r": "user", "s": "a,b"})]);
 }

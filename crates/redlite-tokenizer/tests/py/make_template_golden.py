@@ -3,7 +3,8 @@
 
 Renders the Qwen3-Coder chat template with Jinja2 configured exactly like
 transformers' `_compile_jinja_template` (ImmutableSandboxedEnvironment,
-trim_blocks, lstrip_blocks, loopcontrols, transformers' `tojson`,
+trim_blocks, lstrip_blocks, the `loopcontrols` extension and transformers'
+`{% generation %}` block extension, transformers' `tojson`,
 `raise_exception`, `strftime_now`) and the render call of
 `apply_chat_template` (`tools=None` when no tools are given, special tokens
 as keyword arguments).
@@ -24,8 +25,27 @@ import sys
 from datetime import datetime
 
 import jinja2
-from jinja2.ext import loopcontrols
+import jinja2.nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class GenerationBlock(Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` tag: parsed as a
+    call block whose output is its body, unchanged (transformers only records
+    where the body lands in the output)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_render_body")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    @jinja2.pass_eval_context
+    def _render_body(self, context, caller):
+        return caller()
 
 
 def compile_template(source):
@@ -40,7 +60,7 @@ def compile_template(source):
         return datetime.now().strftime(format)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[GenerationBlock, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -70,14 +90,24 @@ def normalise(messages):
 def render(template, case, bos="<|endoftext|>", eos="<|im_end|>"):
     kwargs = {"bos_token": bos, "eos_token": eos}
     kwargs.update(case.get("extra") or {})
+    # JSON given as text is read here by json.loads, independently of the
+    # caller's parser.
+    tools = case.get("tools")
+    if "tools_json" in case:
+        tools = json.loads(case["tools_json"])
+    messages = case.get("messages")
+    if "messages_json" in case:
+        messages = json.loads(case["messages_json"])
     try:
-        text = template.render(messages=normalise(case["messages"]), tools=case.get("tools"),
+        text = template.render(messages=normalise(messages), tools=tools,
                                documents=None,
                                add_generation_prompt=case.get("add_generation_prompt", False),
                                **kwargs)
         return {"ok": text}
     except jinja2.exceptions.TemplateError as e:
         return {"error": str(e)}
+    except Exception as e:  # TypeError, ValueError, ... raised while rendering
+        return {"error": f"{type(e).__name__}: {e}", "exception": True}
 
 
 READ_TOOL = {
