@@ -20,7 +20,7 @@ mod rope;
 mod weights;
 
 pub use config::Config;
-pub use qwen3next::State;
+pub use qwen3next::{State, Trail};
 pub use rope::{RopeScaling, RopeScalingType};
 pub use weights::mtp_only_blocks;
 
@@ -155,6 +155,20 @@ impl Model {
         tokens: &[u32],
     ) -> Result<Vec<f32>, ModelError> {
         qwen3next::forward_batch(self, states, tokens)
+    }
+
+    /// Feed `tokens` to one sequence, computing each token exactly as a
+    /// decode step would (weights still read once for the batch), and return
+    /// all `[n, vocab]` logits with a [`Trail`] to roll the state back to
+    /// any of those positions ([`State::rollback`]). Speculative decoding
+    /// verifies its drafts with it: the logits equal plain decoding's bit for
+    /// bit, so accepting a draft never changes the output.
+    pub fn forward_verify(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+    ) -> Result<(Vec<f32>, Trail), ModelError> {
+        qwen3next::forward_verify(self, state, tokens)
     }
 
     /// [`Model::forward`], reporting named intermediates to `trace`.

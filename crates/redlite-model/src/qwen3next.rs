@@ -127,6 +127,10 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 /// consecutive tokens belong to sequence `i`. With several sequences every
 /// product is computed row by row exactly as at batch 1 (`matmul_rows`), so
 /// a sequence's arithmetic does not depend on its batch-mates.
+///
+/// `exact` also makes a multi-token sequence compute every token as a decode
+/// step would (the conv, the delta rule and attention run token by token), so
+/// a speculative verify batch gives exactly the logits of plain decoding.
 struct Segs<'a> {
     lens: &'a [usize],
     exact: bool,
@@ -141,6 +145,65 @@ impl Segs<'_> {
             start += n;
             (i, s, n)
         })
+    }
+}
+
+/// The DeltaNet conv and recurrent states after each token of an exact
+/// multi-token forward ([`crate::Model::forward_verify`]), so the sequence
+/// can be rolled back to any of those positions.
+#[derive(Clone, Debug, Default)]
+pub struct Trail {
+    pos0: usize,
+    n: usize,
+    /// `[layer][token]` → (conv, ssm); empty for attention layers.
+    layers: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+}
+
+impl Trail {
+    /// Position before the verified tokens.
+    pub fn start(&self) -> usize {
+        self.pos0
+    }
+
+    /// Tokens it covers.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
+impl State {
+    /// Keep only the first `keep` tokens of the forward that produced `trail`
+    /// (`1 ..= trail.len()`): KV caches are truncated and the DeltaNet states
+    /// set to what they were after token `keep`. The result is the state that
+    /// feeding just those tokens would have produced, bit for bit.
+    pub fn rollback(&mut self, trail: &Trail, keep: usize) -> Result<(), ModelError> {
+        if self.pos != trail.pos0 + trail.n || keep == 0 || keep > trail.n {
+            return Err(ModelError::Input(format!(
+                "rollback to {keep} of {} verified tokens from position {} does not fit a state at {}",
+                trail.n, trail.pos0, self.pos
+            )));
+        }
+        let pos = trail.pos0 + keep;
+        for (l, saved) in self.layers.iter_mut().zip(&trail.layers) {
+            match l {
+                LayerState::DeltaNet { conv, ssm } => {
+                    let (c, s) = &saved[keep - 1];
+                    conv.copy_from_slice(c);
+                    ssm.copy_from_slice(s);
+                }
+                LayerState::Attention { k, v } => {
+                    let per = k.len() / self.pos.max(1);
+                    k.truncate(pos * per);
+                    v.truncate(pos * per);
+                }
+            }
+        }
+        self.pos = pos;
+        Ok(())
     }
 }
 
@@ -204,6 +267,8 @@ pub(crate) fn forward(
         &[tokens.len()],
         all_logits,
         trace,
+        false,
+        None,
     )
 }
 
@@ -223,9 +288,38 @@ pub(crate) fn forward_batch(
         )));
     }
     let lens = vec![1; tokens.len()];
-    forward_segments(model, states, tokens, &lens, false, None)
+    forward_segments(model, states, tokens, &lens, false, None, true, None)
 }
 
+/// Feed `tokens` to one sequence computing each exactly as a decode step
+/// would, returning all `[n, vocab]` logits and the trail to roll back with.
+pub(crate) fn forward_verify(
+    model: &Model,
+    state: &mut State,
+    tokens: &[u32],
+) -> Result<(Vec<f32>, Trail), ModelError> {
+    if tokens.is_empty() {
+        return Err(ModelError::Input("verify called with no tokens".into()));
+    }
+    let mut trail = Trail {
+        pos0: state.pos,
+        n: tokens.len(),
+        layers: vec![Vec::new(); model.config.n_layer],
+    };
+    let logits = forward_segments(
+        model,
+        &mut [state],
+        tokens,
+        &[tokens.len()],
+        true,
+        None,
+        true,
+        Some(&mut trail),
+    )?;
+    Ok((logits, trail))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn forward_segments(
     model: &Model,
     states: &mut [&mut State],
@@ -233,16 +327,15 @@ fn forward_segments(
     lens: &[usize],
     all_logits: bool,
     trace: Option<&mut dyn Trace>,
+    exact: bool,
+    mut trail: Option<&mut Trail>,
 ) -> Result<Vec<f32>, ModelError> {
     let c = &model.config;
     let w = &model.weights;
     let f = &model.gguf;
     let be = model.backend.as_ref();
     let mut tr = Tr(trace);
-    let segs = Segs {
-        lens,
-        exact: lens.len() > 1,
-    };
+    let segs = Segs { lens, exact };
     if tokens.is_empty() || lens.contains(&0) {
         return Err(ModelError::Input("forward called with no tokens".into()));
     }
@@ -292,7 +385,8 @@ fn forward_segments(
                         _ => return Err(wrong_kind(il)),
                     }
                 }
-                deltanet(model, dw, &mut ls, &h, &segs, il, &mut tr)?
+                let rec = trail.as_deref_mut().map(|t| &mut t.layers[il]);
+                deltanet(model, dw, &mut ls, &h, &segs, il, &mut tr, rec)?
             }
             Mixer::Attention(aw) => {
                 let mut ls = Vec::with_capacity(states.len());
@@ -356,6 +450,7 @@ fn deltanet(
     segs: &Segs<'_>,
     il: usize,
     tr: &mut Tr<'_>,
+    mut record: Option<&mut Vec<(Vec<f32>, Vec<f32>)>>,
 ) -> Result<Vec<f32>, ModelError> {
     let t = h.len() / model.config.n_embd;
     let ex = segs.exact;
@@ -390,17 +485,25 @@ fn deltanet(
     tr.put("gate", Some(il), t, &g);
 
     // Causal conv (kernel K) + SiLU, carrying the last K−1 inputs.
+    // In exact mode each token is its own step (as in decoding), and the
+    // states after each token are recorded for rollback when asked.
     let mut u = vec![0f32; t * conv_dim];
     for (i, s0, n) in segs.iter() {
-        be.ssm_conv_silu(
-            &qkv[s0 * conv_dim..(s0 + n) * conv_dim],
-            n,
-            conv_dim,
-            c.conv_kernel,
-            &w.conv,
-            states[i].0,
-            &mut u[s0 * conv_dim..(s0 + n) * conv_dim],
-        );
+        let step = if ex { 1 } else { n };
+        for a in (s0..s0 + n).step_by(step) {
+            be.ssm_conv_silu(
+                &qkv[a * conv_dim..(a + step) * conv_dim],
+                step,
+                conv_dim,
+                c.conv_kernel,
+                &w.conv,
+                states[i].0,
+                &mut u[a * conv_dim..(a + step) * conv_dim],
+            );
+            if let Some(rec) = record.as_deref_mut() {
+                rec.push((states[i].0.clone(), Vec::new()));
+            }
+        }
     }
     tr.put("conv_output_silu", Some(il), t, &u);
 
@@ -424,23 +527,29 @@ fn deltanet(
     // Gated delta rule, one state per value head.
     let mut o = vec![0f32; t * value_dim];
     for (i, s0, n) in segs.iter() {
-        let inp = DeltaInputs {
-            q: &q[s0 * key_dim..(s0 + n) * key_dim],
-            k: &k[s0 * key_dim..(s0 + n) * key_dim],
-            v: &v[s0 * value_dim..(s0 + n) * value_dim],
-            beta: &beta[s0 * hv..(s0 + n) * hv],
-            g: &g[s0 * hv..(s0 + n) * hv],
-            n_tok: n,
-            h_k: hk,
-            h_v: hv,
-            d_k: dk,
-            d_v: dv,
-        };
-        let out = &mut o[s0 * value_dim..(s0 + n) * value_dim];
-        if n == 1 {
-            be.delta_rule_recurrent(&inp, states[i].1, out);
-        } else {
-            be.delta_rule_chunked(&inp, states[i].1, out);
+        let step = if ex { 1 } else { n };
+        for a in (s0..s0 + n).step_by(step) {
+            let inp = DeltaInputs {
+                q: &q[a * key_dim..(a + step) * key_dim],
+                k: &k[a * key_dim..(a + step) * key_dim],
+                v: &v[a * value_dim..(a + step) * value_dim],
+                beta: &beta[a * hv..(a + step) * hv],
+                g: &g[a * hv..(a + step) * hv],
+                n_tok: step,
+                h_k: hk,
+                h_v: hv,
+                d_k: dk,
+                d_v: dv,
+            };
+            let out = &mut o[a * value_dim..(a + step) * value_dim];
+            if step == 1 {
+                be.delta_rule_recurrent(&inp, states[i].1, out);
+            } else {
+                be.delta_rule_chunked(&inp, states[i].1, out);
+            }
+            if let Some(rec) = record.as_deref_mut() {
+                rec[a - s0].1 = states[i].1.clone();
+            }
         }
     }
     tr.put("attn_output", Some(il), t, &o);
@@ -529,21 +638,26 @@ fn attention(
         }
         k_cache.extend_from_slice(&k[s0 * nkv * hd..(s0 + n) * nkv * hd]);
         v_cache.extend_from_slice(&v[s0 * nkv * hd..(s0 + n) * nkv * hd]);
-        let shape = AttnShape {
-            n_tok: n,
-            pos0,
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
-        be.attention(
-            &shape,
-            &q[s0 * nh * hd..(s0 + n) * nh * hd],
-            k_cache,
-            v_cache,
-            &mut o[s0 * nh * hd..(s0 + n) * nh * hd],
-        );
+        // Exact mode: each query as its own decode step.
+        let step = if ex { 1 } else { n };
+        for a in (s0..s0 + n).step_by(step) {
+            let shape = AttnShape {
+                n_tok: step,
+                pos0: pos0 + (a - s0),
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let end = (pos0 + (a - s0) + step) * nkv * hd;
+            be.attention(
+                &shape,
+                &q[a * nh * hd..(a + step) * nh * hd],
+                &k_cache[..end],
+                &v_cache[..end],
+                &mut o[a * nh * hd..(a + step) * nh * hd],
+            );
+        }
     }
     tr.put("attn_pregate", Some(il), t, &o);
 

@@ -111,3 +111,54 @@ fn snapshot_resumes_exactly() {
     let mut s1 = model.new_state();
     assert!(model.forward_batch(&mut [&mut s1], &[]).is_err());
 }
+
+#[test]
+fn verify_matches_decoding_and_rolls_back_exactly() {
+    let p = prompts();
+    for file in ["tiny-s-CF2mix.gguf", "tiny-a-bf16.gguf"] {
+        let model = load(file);
+        let vocab = model.config().vocab_size;
+        let prompt = prompt_ids(&p, "code");
+        let draft: Vec<u32> = prompt_ids(&p, "prose")[..7].to_vec();
+        // Plain decoding of the same tokens, one at a time.
+        let mut plain = model.new_state();
+        model.forward(&mut plain, &prompt, false).expect("prefill");
+        let mut plain_logits = Vec::new();
+        let mut plain_states = Vec::new();
+        for &t in &draft {
+            plain_logits.push(model.forward(&mut plain, &[t], false).expect("decode"));
+            plain_states.push(plain.snapshot());
+        }
+        let mut base = model.new_state();
+        model.forward(&mut base, &prompt, false).expect("prefill");
+        let mut st = base.snapshot();
+        let (logits, trail) = model.forward_verify(&mut st, &draft).expect("verify");
+        assert_eq!(trail.start(), prompt.len());
+        assert_eq!(trail.len(), draft.len());
+        for (i, want) in plain_logits.iter().enumerate() {
+            let got = &logits[i * vocab..(i + 1) * vocab];
+            assert!(
+                got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{file}: verify row {i} differs from decoding"
+            );
+        }
+        // Roll back to every length: the next step equals plain decoding's.
+        for keep in 1..=draft.len() {
+            let mut s = st.snapshot();
+            s.rollback(&trail, keep).expect("rollback");
+            assert_eq!(s.pos(), prompt.len() + keep);
+            assert_eq!(s.bytes(), plain_states[keep - 1].bytes());
+            let next = model.forward(&mut s, &[5], false).expect("after rollback");
+            let mut reference = plain_states[keep - 1].snapshot();
+            let want = model.forward(&mut reference, &[5], false).expect("reference");
+            assert!(
+                next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{file}: state rolled back to {keep} differs"
+            );
+        }
+        let mut s = st.snapshot();
+        assert!(s.rollback(&trail, 0).is_err());
+        assert!(s.rollback(&trail, draft.len() + 1).is_err());
+        assert!(base.rollback(&trail, 1).is_err());
+    }
+}
