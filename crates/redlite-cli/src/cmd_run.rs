@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use redlite_backend::CpuBackend;
-use redlite_engine::{generate, GenerateParams, SamplingParams, StopReason};
+use redlite_engine::{generate, GenerateParams, LookupParams, SamplingParams, StopReason};
 use redlite_model::Model;
 use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
@@ -60,6 +60,17 @@ pub struct Args {
     /// Prompt tokens fed per forward pass.
     #[arg(long, default_value_t = 512)]
     pub batch: usize,
+    /// Prompt-lookup speculative decoding: draft tokens from n-grams of the prompt and the
+    /// output, verify them in one forward pass. The output is unchanged (greedy: identical tokens;
+    /// sampling: the same distribution); it pays when the output repeats the prompt (rewrites).
+    #[arg(long)]
+    pub lookup: bool,
+    /// Most tokens drafted at once with --lookup.
+    #[arg(long, default_value_t = 8, requires = "lookup")]
+    pub draft_max: usize,
+    /// Longest n-gram matched with --lookup.
+    #[arg(long, default_value_t = 4, requires = "lookup")]
+    pub lookup_ngram: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -118,6 +129,12 @@ pub fn run(args: Args) -> Result<()> {
         },
         prefill_chunk: args.batch,
         stop_at_eog: !args.ignore_eos,
+        lookup: args.lookup.then(|| LookupParams {
+            max_ngram: args.lookup_ngram.max(1),
+            min_ngram: 2.min(args.lookup_ngram.max(1)),
+            max_draft: args.draft_max,
+        }),
+        ..GenerateParams::default()
     };
     // A progress bar for long prompts only (shown after a second).
     let bar = ProgressBar::new(ids.len() as u64);
@@ -172,5 +189,14 @@ pub fn run(args: Args) -> Result<()> {
         g.generated_tokens_per_second(),
         why
     );
+    if args.lookup {
+        eprintln!(
+            "lookup: {} verify passes, {} tokens drafted, {} accepted ({:.0} %)",
+            g.lookup.rounds,
+            g.lookup.drafted,
+            g.lookup.accepted,
+            100.0 * g.lookup.accepted as f64 / g.lookup.drafted.max(1) as f64
+        );
+    }
     Ok(())
 }

@@ -2,11 +2,13 @@
 //! and the batching scheduler with state snapshots that a server runs.
 
 pub mod generate;
+pub mod lookup;
 pub mod sampling;
 pub mod scheduler;
 pub mod state_cache;
 
 pub use generate::{generate, prefill, GenerateError, GenerateParams, Generation, StopReason};
+pub use lookup::{DraftSource, Drafter, LookupParams, LookupStats};
 pub use sampling::{argmax, Sampler, SamplingParams};
 pub use scheduler::{
     token_logprobs, Event, Finish, FinishReason, Request, Scheduler, SchedulerConfig,

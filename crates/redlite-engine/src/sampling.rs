@@ -150,6 +150,46 @@ impl Sampler {
         cand.iter().zip(w).map(|(c, x)| (c.0, x as f32)).collect()
     }
 
+    /// Speculative sampling against a drafted token (a draft that proposes
+    /// `draft` with certainty): greedy accepts it exactly when it is the
+    /// argmax; with temperature it is accepted with probability `p(draft)`,
+    /// and on rejection a token is drawn from `p` without `draft`,
+    /// renormalised. Either way the token returned is distributed as
+    /// [`Sampler::sample`]'s. Returns `(token, accepted)`.
+    pub fn accept_draft(&mut self, logits: &[f32], draft: u32) -> (u32, bool) {
+        if self.params.temperature <= 0.0 {
+            let best = argmax(logits);
+            return (best, best == draft);
+        }
+        let dist = self.distribution(logits);
+        let p_draft = dist
+            .iter()
+            .find(|(t, _)| *t == draft)
+            .map_or(0.0, |&(_, p)| p as f64);
+        let r: f64 = self.rng.gen();
+        if r < p_draft {
+            return (draft, true);
+        }
+        let rest = 1.0 - p_draft;
+        if dist.is_empty() || rest <= 0.0 {
+            return (argmax(logits), false);
+        }
+        let r: f64 = self.rng.gen::<f64>() * rest;
+        let mut acc = 0.0f64;
+        let mut last = None;
+        for &(tok, pr) in &dist {
+            if tok == draft {
+                continue;
+            }
+            acc += pr as f64;
+            last = Some(tok);
+            if r < acc {
+                return (tok, false);
+            }
+        }
+        (last.unwrap_or_else(|| argmax(logits)), false)
+    }
+
     /// Pick the next token.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         if self.params.temperature <= 0.0 {
@@ -180,6 +220,49 @@ mod tests {
         let e: Vec<f64> = l.iter().map(|&x| (((x - m) / t) as f64).exp()).collect();
         let s: f64 = e.iter().sum();
         e.into_iter().map(|x| x / s).collect()
+    }
+
+    #[test]
+    fn speculative_acceptance_keeps_the_distribution() {
+        // The token returned by accept_draft (accepted or not) must follow
+        // the same distribution as sample(), whatever the draft.
+        let l = [1.0f32, 0.5, -0.5, 2.0, 0.0];
+        let params = SamplingParams {
+            temperature: 0.8,
+            top_k: 4,
+            seed: Some(7),
+            ..Default::default()
+        };
+        let mut s = Sampler::new(params.clone());
+        let want = s.distribution(&l);
+        let n = 200_000;
+        for draft in [3u32, 1, 2] {
+            let mut counts = [0usize; 5];
+            let mut accepted = 0;
+            for _ in 0..n {
+                let (t, ok) = s.accept_draft(&l, draft);
+                counts[t as usize] += 1;
+                accepted += ok as usize;
+            }
+            for &(tok, p) in &want {
+                let f = counts[tok as usize] as f64 / n as f64;
+                assert!(
+                    (f - p as f64).abs() < 5e-3,
+                    "draft {draft}: token {tok} {f} vs {p}"
+                );
+            }
+            // Token 2 is cut by top-k: never produced, never accepted.
+            assert_eq!(counts[2], 0);
+            let p_draft = want
+                .iter()
+                .find(|w| w.0 == draft)
+                .map_or(0.0, |w| w.1 as f64);
+            assert!((accepted as f64 / n as f64 - p_draft).abs() < 5e-3);
+        }
+        // Greedy: accepted exactly when the draft is the argmax.
+        let mut g = Sampler::new(SamplingParams::default());
+        assert_eq!(g.accept_draft(&l, 3), (3, true));
+        assert_eq!(g.accept_draft(&l, 0), (3, false));
     }
 
     #[test]
