@@ -65,6 +65,13 @@ pub struct Args {
     /// Prompt tokens fed per forward pass.
     #[arg(long, default_value_t = 512)]
     pub batch: usize,
+    /// Prompt-lookup speculative decoding (drafts from n-grams of the conversation, verified in
+    /// one pass; output unchanged). Pays for file rewrites; pauses itself when drafts keep failing.
+    #[arg(long, env = "REDLITE_LOOKUP")]
+    pub lookup: bool,
+    /// Most tokens drafted at once with --lookup.
+    #[arg(long, default_value_t = 8, requires = "lookup")]
+    pub draft_max: usize,
 }
 
 /// `4GiB`, `512MiB`, `100MB`, `1024`, `0`.
@@ -139,6 +146,10 @@ pub fn run(args: Args) -> Result<()> {
         alias: args.alias,
         max_body_bytes: args.max_body,
         prefill_chunk: args.batch,
+        lookup: args.lookup.then(|| redlite_engine::LookupParams {
+            max_draft: args.draft_max,
+            ..Default::default()
+        }),
     };
     let state_per_slot = model.new_state().bytes();
     let app = AppState::new(model, cfg.clone())

@@ -127,6 +127,32 @@ fn parallel_requests_decode_together_exactly() {
 }
 
 #[test]
+fn lookup_changes_no_token_in_the_server() {
+    let reference = Server::start(&tiny(), &["--state-cache", "0"]);
+    let s = Server::start(
+        &tiny(),
+        &["--parallel", "4", "--state-cache", "0", "--lookup"],
+    );
+    let out = run_py(
+        "parallel.py",
+        &[
+            ("REDLITE_BASE", s.base.clone()),
+            ("REDLITE_BASE_REF", reference.base.clone()),
+            // Long enough for the random model's output to repeat itself.
+            ("REDLITE_TOKENS", "200".to_string()),
+        ],
+    );
+    assert!(out.contains("parallel ok"));
+    let m = ureq_metrics(&s.base);
+    let drafts: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("redlite_spec_drafts_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("spec metric");
+    assert!(drafts > 0.0, "no drafts were verified:\n{m}");
+}
+
+#[test]
 fn load_test_no_5xx_no_leaks() {
     let s = Server::start(
         &tiny(),

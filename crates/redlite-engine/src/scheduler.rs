@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use redlite_model::{Model, ModelError, State};
 
+use crate::lookup::{DraftSource, Drafter, LookupParams};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::state_cache::StateCache;
 
@@ -27,6 +28,10 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// Stop at end-of-generation tokens.
     pub stop_at_eog: bool,
+    /// Speculative decoding with drafts from `draft_source` (the output is
+    /// unchanged; see `lookup`).
+    pub lookup: Option<LookupParams>,
+    pub draft_source: DraftSource,
 }
 
 /// Log-probabilities of one generated token (natural log, of the model's
@@ -123,6 +128,10 @@ pub struct SchedulerStats {
     pub decode_steps: u64,
     pub snapshot_restores_hit: u64,
     pub snapshot_restores_miss: u64,
+    /// Speculative verify passes, tokens drafted and accepted.
+    pub spec_rounds: u64,
+    pub spec_drafted: u64,
+    pub spec_accepted: u64,
 }
 
 enum Phase {
@@ -146,6 +155,9 @@ struct Slot {
     prefill_seconds: f64,
     decode_start: Option<Instant>,
     admitted: u64,
+    drafter: Option<Drafter>,
+    /// A token already chosen (by a rejected draft's verify) for the next step.
+    pending: Option<u32>,
 }
 
 /// The batching scheduler.
@@ -237,7 +249,13 @@ impl Scheduler {
         }
         self.admitted += 1;
         let sampler = Sampler::new(req.sampling.clone());
+        let drafter = req
+            .lookup
+            .clone()
+            .map(|l| Drafter::with_source(l, req.draft_source.clone(), req.prompt.len()));
         self.slots.push(Slot {
+            drafter,
+            pending: None,
             sink,
             req,
             state,
@@ -332,7 +350,10 @@ impl Scheduler {
             if s.decode_start.is_none() {
                 s.decode_start = Some(Instant::now());
             }
-            let next = s.sampler.sample(&s.logits);
+            let next = match s.pending.take() {
+                Some(t) => t,
+                None => s.sampler.sample(&s.logits),
+            };
             if s.req.stop_at_eog && self.eog.contains(&next) {
                 done.push((i, Outcome::Done(FinishReason::EndOfGeneration(next))));
                 continue;
@@ -348,7 +369,25 @@ impl Scheduler {
                 done.push((i, Outcome::Done(FinishReason::Length)));
                 continue;
             }
-            feed.push((i, next));
+            // Speculation: a sequence with a draft verifies it on its own
+            // (exactly as decoding would); the others decode together.
+            let remaining = s.req.max_tokens - s.generated;
+            let draft = match s.drafter.as_mut() {
+                Some(d) if remaining > 1 => {
+                    s.fed.push(next);
+                    let dr = d.draft(&s.fed, remaining - 1);
+                    s.fed.pop();
+                    dr
+                }
+                _ => Vec::new(),
+            };
+            if draft.is_empty() {
+                feed.push((i, next));
+                continue;
+            }
+            if let Some(out) = speculate(&self.model, s, next, &draft, &self.eog, &mut self.stats) {
+                done.push((i, out));
+            }
         }
         if !feed.is_empty() {
             let tokens: Vec<u32> = feed.iter().map(|&(_, t)| t).collect();
@@ -422,6 +461,70 @@ impl Scheduler {
 enum Outcome {
     Done(FinishReason),
     Error(String),
+}
+
+/// Verify `draft` after `next` for one slot, emit the accepted tokens, roll
+/// the state back to the last of them, and leave the logits (and, after a
+/// rejection, the already chosen replacement) for the next step. Returns an
+/// outcome when the request ends here.
+fn speculate(
+    model: &Model,
+    s: &mut Slot,
+    next: u32,
+    draft: &[u32],
+    eog: &[u32],
+    stats: &mut SchedulerStats,
+) -> Option<Outcome> {
+    let mut batch = Vec::with_capacity(draft.len() + 1);
+    batch.push(next);
+    batch.extend_from_slice(draft);
+    let (rows, trail) = match model.forward_verify(&mut s.state, &batch) {
+        Ok(r) => r,
+        Err(e) => return Some(Outcome::Error(e.to_string())),
+    };
+    let vocab = rows.len() / batch.len();
+    let row = |i: usize| &rows[i * vocab..(i + 1) * vocab];
+    s.fed.push(next);
+    let mut fed = 1;
+    let mut outcome = None;
+    for (i, &d) in draft.iter().enumerate() {
+        let (tok, accepted) = s.sampler.accept_draft(row(i), d);
+        if !accepted {
+            s.pending = Some(tok);
+            break;
+        }
+        if s.req.stop_at_eog && eog.contains(&tok) {
+            outcome = Some(Outcome::Done(FinishReason::EndOfGeneration(tok)));
+            break;
+        }
+        let logprobs = s.req.logprobs.map(|k| token_logprobs(row(i), tok, k));
+        s.generated += 1;
+        stats.generated_tokens += 1;
+        fed += 1;
+        s.fed.push(tok);
+        if !s.sink.send(Event::Token { id: tok, logprobs }) {
+            outcome = Some(Outcome::Done(FinishReason::Cancelled));
+            break;
+        }
+        if s.generated >= s.req.max_tokens {
+            outcome = Some(Outcome::Done(FinishReason::Length));
+            break;
+        }
+    }
+    stats.spec_rounds += 1;
+    stats.spec_drafted += draft.len() as u64;
+    stats.spec_accepted += (fed - 1) as u64;
+    if let Some(d) = s.drafter.as_mut() {
+        d.record(draft.len(), fed - 1);
+    }
+    if fed < batch.len() {
+        if let Err(e) = s.state.rollback(&trail, fed) {
+            return Some(Outcome::Error(e.to_string()));
+        }
+    }
+    s.logits.clear();
+    s.logits.extend_from_slice(row(fed - 1));
+    outcome
 }
 
 /// Log-softmax of `logits` at `chosen`, plus the `k` most likely tokens.

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redlite_engine::{
-    Event, FinishReason, Request, SamplingParams, Scheduler, SchedulerConfig, Sink, StateCache,
+    DraftSource, Event, FinishReason, LookupParams, Request, SamplingParams, Scheduler,
+    SchedulerConfig, Sink, StateCache,
 };
 use redlite_model::Model;
 use redlite_testkit::fixture;
@@ -101,6 +102,8 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         sampling: SamplingParams::default(),
         logprobs: None,
         stop_at_eog: false,
+        lookup: None,
+        draft_source: DraftSource::Lookup,
     }
 }
 
@@ -319,4 +322,80 @@ fn state_cache_is_lru_within_budget() {
     assert!(!cache.insert(&[1, 2], &st, &logits));
     let mut tiny = StateCache::new(16);
     assert!(!tiny.insert(&[1, 2, 3, 4], &st, &logits));
+}
+
+#[test]
+fn speculation_in_slots_changes_no_token() {
+    let p = prompts();
+    let m = model("tiny-s-CF2mix.gguf");
+    let names = ["hello", "prose", "code", "rep120"];
+    let cfg = |parallel| SchedulerConfig {
+        parallel,
+        prefill_chunk: 16,
+        checkpoint_interval: 0,
+        state_cache_bytes: 0,
+    };
+    let mut alone = Vec::new();
+    for n in names {
+        let mut s = Scheduler::new(m.clone(), vec![], cfg(1));
+        let c = Collect::default();
+        run_all(&mut s, vec![(greedy(ids(&p, n), 40), c.clone())]);
+        alone.push(c.tokens());
+    }
+    let vocab = m.config().vocab_size as u32;
+    // Replayed drafts (all accepted), a corrupted replay (rejections and
+    // rollbacks), random drafts; four sequences at once, with logprobs.
+    for mode in 0..3 {
+        let mut s = Scheduler::new(m.clone(), vec![], cfg(4));
+        let cs: Vec<Collect> = names.iter().map(|_| Collect::default()).collect();
+        let queue = names
+            .iter()
+            .zip(&cs)
+            .enumerate()
+            .map(|(i, (n, c))| {
+                let mut replay = alone[i].clone();
+                if mode == 1 {
+                    for (j, t) in replay.iter_mut().enumerate() {
+                        if j % 5 == 2 {
+                            *t = (*t + 1) % vocab;
+                        }
+                    }
+                }
+                let source = match mode {
+                    0 | 1 => DraftSource::Replay(replay),
+                    _ => DraftSource::Random {
+                        vocab,
+                        seed: i as u64,
+                    },
+                };
+                let req = Request {
+                    lookup: Some(LookupParams::default()),
+                    draft_source: source,
+                    logprobs: Some(2),
+                    ..greedy(ids(&p, n), 40)
+                };
+                (req, c.clone())
+            })
+            .collect();
+        run_all(&mut s, queue);
+        for (i, c) in cs.iter().enumerate() {
+            assert_eq!(
+                c.tokens(),
+                alone[i],
+                "mode {mode} {}: tokens differ",
+                names[i]
+            );
+            assert_eq!(c.finish().generated_tokens, 40);
+        }
+        let st = s.stats();
+        assert!(st.spec_rounds > 0 && st.spec_accepted <= st.spec_drafted);
+        if mode == 0 {
+            assert_eq!(st.spec_accepted, st.spec_drafted);
+            // 4 × 40 tokens in far fewer steps than one token per step.
+            assert!(st.spec_rounds + st.decode_steps < 80, "{st:?}");
+        }
+        if mode == 1 {
+            assert!(st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
+        }
+    }
 }

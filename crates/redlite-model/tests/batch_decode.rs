@@ -138,7 +138,9 @@ fn verify_matches_decoding_and_rolls_back_exactly() {
         for (i, want) in plain_logits.iter().enumerate() {
             let got = &logits[i * vocab..(i + 1) * vocab];
             assert!(
-                got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                got.iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{file}: verify row {i} differs from decoding"
             );
         }
@@ -150,9 +152,13 @@ fn verify_matches_decoding_and_rolls_back_exactly() {
             assert_eq!(s.bytes(), plain_states[keep - 1].bytes());
             let next = model.forward(&mut s, &[5], false).expect("after rollback");
             let mut reference = plain_states[keep - 1].snapshot();
-            let want = model.forward(&mut reference, &[5], false).expect("reference");
+            let want = model
+                .forward(&mut reference, &[5], false)
+                .expect("reference");
             assert!(
-                next.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                next.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{file}: state rolled back to {keep} differs"
             );
         }

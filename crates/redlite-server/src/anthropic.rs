@@ -7,7 +7,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
-use redlite_engine::{Request, TokenLogprobs};
+use redlite_engine::{DraftSource, Request, TokenLogprobs};
 use redlite_tokenizer::toolcall::{Delta, ParserOptions};
 use serde_json::{json, Map, Value};
 
@@ -482,6 +482,8 @@ async fn inner(app: App, body: Result<Bytes, BytesRejection>) -> Result<Response
         sampling,
         logprobs: None,
         stop_at_eog: true,
+        lookup: app.cfg.lookup.clone(),
+        draft_source: DraftSource::Lookup,
     };
     respond(app, id, req, fmt, stream).await
 }

@@ -67,6 +67,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Prompt tokens fed per forward pass.
     pub prefill_chunk: usize,
+    /// Prompt-lookup speculative decoding for every request.
+    pub lookup: Option<redlite_engine::LookupParams>,
 }
 
 impl Default for ServerConfig {
@@ -80,6 +82,7 @@ impl Default for ServerConfig {
             alias: "qwen3-coder-next".into(),
             max_body_bytes: 64 << 20,
             prefill_chunk: 512,
+            lookup: None,
         }
     }
 }

@@ -119,6 +119,24 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         format!("{:.3}", rate(s.generated_tokens, s.decode_seconds)),
     );
     g(
+        "redlite_spec_drafts_total",
+        "counter",
+        "Speculative verify passes (prompt lookup).",
+        s.spec_rounds.to_string(),
+    );
+    g(
+        "redlite_spec_draft_tokens_total",
+        "counter",
+        "Tokens drafted by prompt lookup.",
+        s.spec_drafted.to_string(),
+    );
+    g(
+        "redlite_spec_accepted_tokens_total",
+        "counter",
+        "Drafted tokens accepted.",
+        s.spec_accepted.to_string(),
+    );
+    g(
         "redlite_requests_running",
         "gauge",
         "Requests in a slot.",

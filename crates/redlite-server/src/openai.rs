@@ -4,7 +4,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
-use redlite_engine::{Request, SamplingParams, TokenLogprobs};
+use redlite_engine::{DraftSource, Request, SamplingParams, TokenLogprobs};
 use redlite_tokenizer::toolcall::{Delta, ParserOptions};
 use serde_json::{json, Map, Value};
 
@@ -406,6 +406,8 @@ pub async fn chat(
         sampling,
         logprobs,
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
+        lookup: app.cfg.lookup.clone(),
+        draft_source: DraftSource::Lookup,
     };
     respond(app, id, req, fmt, stream).await
 }
@@ -637,6 +639,8 @@ pub async fn completions(
         sampling,
         logprobs,
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
+        lookup: app.cfg.lookup.clone(),
+        draft_source: DraftSource::Lookup,
     };
     respond(app, id, req, fmt, stream).await
 }

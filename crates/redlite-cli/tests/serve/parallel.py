@@ -2,7 +2,9 @@
 each produces alone. Also prints aggregate decode tokens/s against one stream.
 
 REDLITE_BASE: a server started with --parallel 4 and --state-cache 0 (so
-every request is computed from scratch).
+every request is computed from scratch). With REDLITE_BASE_REF, the "alone"
+runs go to that server instead (e.g. one without --lookup, to check that
+speculation changes no token).
 """
 import json
 import os
@@ -14,13 +16,15 @@ import openai
 
 BASE = os.environ["REDLITE_BASE"]
 N = int(os.environ.get("REDLITE_TOKENS", "48"))
+REF = os.environ.get("REDLITE_BASE_REF", BASE)
 client = openai.OpenAI(base_url=BASE + "/v1", api_key="x", max_retries=0, timeout=600)
+ref_client = openai.OpenAI(base_url=REF + "/v1", api_key="x", max_retries=0, timeout=600)
 PROMPTS = ["def quicksort(xs):", "Explain the borrow checker.",
-           "SELECT name FROM users WHERE", "Write a haiku about rust."]
+           "SELECT name FROM users WHERE", "Rewrite: let x = 1; let y = 2; let x = 1; let y = 2;"]
 
 
-def run(prompt):
-    r = client.chat.completions.create(
+def run(prompt, c=None):
+    r = (c or client).chat.completions.create(
         model="m", messages=[{"role": "user", "content": prompt}], temperature=0,
         max_tokens=N, logprobs=True, extra_body={"ignore_eos": True})
     toks = [tuple(e.bytes or []) for e in r.choices[0].logprobs.content]
@@ -39,7 +43,7 @@ alone = {}
 t0 = time.time()
 gen_alone = 0
 for p in PROMPTS:
-    toks, r = run(p)
+    toks, r = run(p, ref_client)
     alone[p] = toks
     gen_alone += r.usage.completion_tokens
 t_alone = time.time() - t0
