@@ -74,6 +74,9 @@ pub struct Drafter {
 const WINDOW: usize = 4;
 /// Below this acceptance rate over the window, drafting pauses.
 const MIN_RATE: f64 = 0.2;
+/// Draft length to start with (and after a pause); it doubles while drafts
+/// are accepted in full, so a wrong guess costs little.
+const FIRST_LEN: usize = 2;
 /// First pause, in tokens; it doubles each time drafting fails again.
 const FIRST_PAUSE: usize = 32;
 
@@ -86,7 +89,7 @@ impl Drafter {
     /// A drafter with another source; `prompt_len` locates the output in the
     /// history for [`DraftSource::Replay`].
     pub fn with_source(params: LookupParams, source: DraftSource, prompt_len: usize) -> Drafter {
-        let len = params.max_draft.max(1);
+        let len = FIRST_LEN.min(params.max_draft.max(1));
         let rng = match &source {
             DraftSource::Random { seed, .. } => seed | 1,
             _ => 1,
@@ -165,7 +168,7 @@ impl Drafter {
                 self.pause = self.next_pause;
                 self.next_pause = (self.next_pause * 2).min(1024);
                 self.window.clear();
-                self.len = self.params.max_draft.max(1);
+                self.len = FIRST_LEN.min(self.params.max_draft.max(1));
             } else {
                 self.next_pause = FIRST_PAUSE;
             }
@@ -224,11 +227,17 @@ mod tests {
             ..LookupParams::default()
         });
         let h = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1, 2];
+        // Starts short, doubles while accepted in full, up to max_draft.
+        assert_eq!(d.draft(&h, 100).len(), 2);
+        d.record(2, 2);
+        assert_eq!(d.draft(&h, 100).len(), 4);
+        d.record(4, 4);
         assert_eq!(d.draft(&h, 100).len(), 8);
+        d.record(8, 8);
+        assert_eq!(d.draft(&h, 100).len(), 8);
+        // A partial acceptance shrinks it to what was accepted plus one.
         d.record(8, 2);
         assert_eq!(d.draft(&h, 100).len(), 3);
-        d.record(3, 3);
-        assert_eq!(d.draft(&h, 100).len(), 6);
         assert_eq!(d.draft(&h, 2).len(), 2);
         // Rejections everywhere: after a window, drafting pauses.
         for _ in 0..WINDOW {
@@ -238,6 +247,6 @@ mod tests {
             assert!(d.draft(&h, 100).is_empty());
         }
         assert!(!d.draft(&h, 100).is_empty());
-        assert_eq!(d.stats.rounds, 2 + WINDOW);
+        assert_eq!(d.stats.rounds, 4 + WINDOW);
     }
 }
