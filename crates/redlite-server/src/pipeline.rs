@@ -100,6 +100,8 @@ pub struct ChatOutput {
     detok: Detok,
     stop: StopMatcher,
     parser: ToolCallParser,
+    /// Deltas the forced prefix produced, sent with the first token's.
+    early: Vec<Delta>,
 }
 
 impl ChatOutput {
@@ -118,26 +120,25 @@ impl ChatOutput {
         } else {
             parser.push(forced)
         };
-        debug_assert!(early.is_empty());
         ChatOutput {
             detok: Detok::new(),
             stop: StopMatcher::new(stops),
             parser,
+            early,
         }
     }
 
     /// One generated token; returns the deltas it completes.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Vec<Delta> {
+        let mut deltas = std::mem::take(&mut self.early);
         let text = self.detok.push(tok, id);
-        if text.is_empty() {
-            return Vec::new();
+        if !text.is_empty() {
+            let out = self.stop.push(&text);
+            if !out.is_empty() {
+                deltas.extend(self.parser.push(&out));
+            }
         }
-        let out = self.stop.push(&text);
-        if out.is_empty() {
-            Vec::new()
-        } else {
-            self.parser.push(&out)
-        }
+        deltas
     }
 
     /// The stop string that matched (generation should stop).
@@ -147,7 +148,7 @@ impl ChatOutput {
 
     /// End of generation: flush everything; returns the last deltas.
     pub fn finish(&mut self) -> Vec<Delta> {
-        let mut deltas = Vec::new();
+        let mut deltas = std::mem::take(&mut self.early);
         let rest = self.detok.finish();
         if !rest.is_empty() {
             let out = self.stop.push(&rest);
