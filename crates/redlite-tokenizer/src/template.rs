@@ -28,7 +28,8 @@
 //!   ties to even; `ceil`/`floor`), `e`/`escape` (markupsafe's `&#34;`/`&#39;`
 //!   entities), `indent` (Python line boundaries), `replace` (with `count`),
 //!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
-//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined);
+//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined),
+//!   `format` (Python's `%` formatting, below);
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
@@ -897,6 +898,7 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("count", py::filter_length);
     env.add_filter("wordcount", py::filter_wordcount);
     env.add_filter("truncate", py::filter_truncate);
+    env.add_filter("format", ops::filter_format);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,

@@ -1290,6 +1290,12 @@ fn percent_formatting_is_pythons() {
         "('%s' % s) ~ '%'",
         "'[%s]' % '%s'",
         "'%s' % '%%'",
+        "'%s|%r|%s' | format(true, none, 1e-7)",
+        "'%(a)s-%(b)05.1f' | format(a='x', b=2.5)",
+        "'%s' | format((1, 2))",
+        "'%d%%' | format(50)",
+        "5 | format",
+        "l | format",
     ];
     compare_with_ok(
         &format!("{NAN_INF}{}", expr_template(&exprs)),
@@ -1355,6 +1361,9 @@ fn operator_errors_are_render_errors_as_in_python() {
         "'%c' % -1",
         "'%*d' % ('a', 1)",
         "'%.*f' % (1.5, 2.0)",
+        "'%s %s' | format(1)",
+        "'%s' | format(1, 2)",
+        "'%(a)s' | format(b=1)",
     ] {
         let src = format!("{NAN_INF}{{{{ {src} }}}}");
         compare_with(&src, &[json!({})]);
@@ -1365,14 +1374,16 @@ fn operator_errors_are_render_errors_as_in_python() {
             .unwrap_err();
         assert!(matches!(err, TemplateError::Render(_)), "{src}: {err}");
     }
-    // Undefined operands fail (Jinja2 raises UndefinedError); `~` and
-    // `'%s' %` print them as ''.
+    // Undefined operands fail (Jinja2 raises UndefinedError; `~` and
+    // `'%s' %` print them as '', compared above).
     for src in [
         "undefined_var % 2",
         "2 ** undefined_var",
         "undefined_var / 2",
         "'%d' % undefined_var",
         "'%(a)s' % undefined_var",
+        // Jinja2 raises FilterArgumentError.
+        "'%s' | format(1, a=2)",
     ] {
         let tmpl = ChatTemplate::new(&format!("{{{{ {src} }}}}"), "", "").unwrap();
         assert!(tmpl.render(&[], None, false, &Map::new()).is_err(), "{src}");

@@ -10,7 +10,7 @@
 //! does. Everything else in the tag is copied unchanged. A tag the parser
 //! does not understand is left as it is.
 
-use minijinja::value::{Rest, ValueKind};
+use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
 use super::py::{self, PyBigInt, PyTuple};
@@ -1113,6 +1113,33 @@ pub fn py_concat(args: Rest<Value>) -> Result<Value, Error> {
 
 // ---------------------------------------------------------------------------
 // printf-style formatting
+
+/// Jinja2's `format` filter: `str(value) % (kwargs or args)`.
+pub fn filter_format(value: Value, args: Rest<Value>) -> Result<Value, Error> {
+    let mut args = args.0;
+    let kwargs = match args.last() {
+        Some(v) if v.is_kwargs() => args.pop(),
+        _ => None,
+    };
+    let fmt = super::py_str_checked(&value)?;
+    let operand = match kwargs {
+        Some(kw) => {
+            if !args.is_empty() {
+                return Err(invalid(
+                    "format: can't handle positional and keyword arguments at the same time",
+                ));
+            }
+            let kw = Kwargs::try_from(kw)?;
+            let mut pairs = Vec::new();
+            for k in kw.args() {
+                pairs.push((Value::from(k), kw.get::<Value>(k)?));
+            }
+            Value::from_iter(pairs)
+        }
+        None => PyTuple::value(args),
+    };
+    format_percent(&fmt, &operand).map(Value::from)
+}
 
 /// The arguments of a `%` format, as CPython's `unicode_formatter_t` keeps
 /// them.
