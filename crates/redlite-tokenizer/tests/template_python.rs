@@ -1437,3 +1437,36 @@ fn operator_results_beyond_128_bits_and_huge_formats_fail_clearly() {
         Err(TemplateError::Limit(_))
     ));
 }
+
+#[test]
+fn operator_idioms_of_published_templates() {
+    let template = r#"
+{%- for message in messages %}
+  {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+    {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+  {%- endif %}
+  {{- '[' ~ loop.index ~ '/' ~ loop.length ~ '] ' ~ message.content | trim ~ '\n' }}
+  {%- if loop.index0 % 2 == 1 and not loop.last %}{{ '---\n' }}{% endif %}
+{%- endfor %}
+{{- (messages | length / 2) | round(0, 'floor') | int }}|{{ messages | map(attribute='content') | join(', ' ~ '') }}
+|{{ ((messages | length) * 100 / 7) | round(2) }}%|{{ '%.1f%%' % (100 * 2 / 3) }}|{{ messages[1:] | length ~ 'x' }}
+|{{ 'ab' ~ 'cd' | length }}|{{ ('ab' ~ 'cd') | length }}|{{ messages | length is divisibleby 2 }}
+|{{ -(messages | length) | abs }}|{{ -(messages | length) % 4 }}|{{ [1, 2, 3][-1 % 3] }}|{{ {'k': 7 // 2}['k'] ** 2 }}
+"#;
+    let ok = json!([
+        {"role": "user", "content": " hi "},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"}
+    ]);
+    let bad = json!([
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"}
+    ]);
+    let cases = [
+        json!({"name": "alternating", "messages": ok}),
+        json!({"name": "not_alternating", "messages": bad}),
+    ];
+    let r = python_render(template, &cases);
+    assert!(r[0].is_ok(), "{:?}", r[0]);
+    compare(template, &cases);
+}
