@@ -29,7 +29,7 @@
 //!   entities), `indent` (Python line boundaries), `replace` (with `count`),
 //!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
 //!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined),
-//!   `format` (Python's `%` formatting, below);
+//!   `format` (Python's `%` formatting, below), `abs` (of booleans too);
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
@@ -51,9 +51,9 @@
 //! * the `iterable`, `sequence` and `number` tests follow Python: `none is
 //!   iterable` is false, a dict `is sequence`, a boolean `is number`;
 //! * operators are Python's: the `ops` module parses each tag's expressions
-//!   with Jinja2's grammar and rewrites `%`, `**`, `/`, `//` and `~` into
-//!   calls of functions with Python's semantics. `%` takes the divisor's
-//!   sign (`-7 % 3` is `2`, `-7.5 % 2` is `0.5`) and formats strings
+//!   with Jinja2's grammar and rewrites `%`, `**`, `/`, `//`, `~` and unary
+//!   `-`/`+` into calls of functions with Python's semantics. `%` takes the
+//!   divisor's sign (`-7 % 3` is `2`, `-7.5 % 2` is `0.5`) and formats strings
 //!   printf-style (`'%05.2f' % x`, `'%s and %s' % (a, b)`, `'%(k)s' % d`:
 //!   conversions `s r a d i u o x X e E f F g G c %`, flags, `*` widths,
 //!   and Python's errors on missing or surplus arguments); `**` is
@@ -63,7 +63,9 @@
 //!   division (correctly rounded for integers), `//` floors; division or
 //!   modulo by zero, `0 ** -1` and float overflow in `**` are render
 //!   errors, as Python raises; `~` joins `str()` of its operands (`1e-07`,
-//!   `None`); `-x.y` negates `x.y` (minijinja alone reads `(-x).y`).
+//!   `None`); unary `-` and `+` are Python's (`-true` is `-1`, `-x.y`
+//!   negates `x.y` where minijinja alone reads `(-x).y`, and minijinja has
+//!   no unary `+`).
 //!
 //! Known differences, in operators and statements minijinja gives no hook
 //! for: integers beyond 128 bits take part in no arithmetic (`2 ** 128`, or
@@ -899,6 +901,7 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("wordcount", py::filter_wordcount);
     env.add_filter("truncate", py::filter_truncate);
     env.add_filter("format", ops::filter_format);
+    env.add_filter("abs", ops::filter_abs);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,
@@ -933,6 +936,8 @@ fn build_environment() -> Environment<'static> {
     env.add_function(ops::DIV_FN, ops::py_truediv);
     env.add_function(ops::FLOORDIV_FN, ops::py_floordiv);
     env.add_function(ops::CONCAT_FN, ops::py_concat);
+    env.add_function(ops::NEG_FN, ops::py_neg);
+    env.add_function(ops::POS_FN, ops::py_pos);
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(
             ErrorKind::InvalidOperation,

@@ -1470,3 +1470,54 @@ fn operator_idioms_of_published_templates() {
     assert!(r[0].is_ok(), "{:?}", r[0]);
     compare(template, &cases);
 }
+
+/// A random arithmetic expression of small numbers (depth-bounded, so
+/// that integer results stay within 128 bits).
+fn random_arith(rng: &mut rand::rngs::StdRng, depth: u32) -> String {
+    use rand::Rng;
+    const ATOMS: &[&str] = &[
+        "0", "1", "2", "3", "7", "-7", "13", "0.5", "-2.5", "1.5", "3.0", "1e-7", "x", "y", "true",
+    ];
+    const EXPONENTS: &[&str] = &["0", "1", "2", "3", "-1", "-2", "2.0", "(-2)", "-1.0"];
+    if depth == 0 || rng.gen_range(0..4) == 0 {
+        return ATOMS[rng.gen_range(0..ATOMS.len())].to_string();
+    }
+    let a = random_arith(rng, depth - 1);
+    match rng.gen_range(0..11) {
+        0 => format!("{a} + {}", random_arith(rng, depth - 1)),
+        1 => format!("{a} - {}", random_arith(rng, depth - 1)),
+        2 => format!("{a} * {}", random_arith(rng, depth - 1)),
+        3 => format!("{a} / {}", random_arith(rng, depth - 1)),
+        4 => format!("{a} // {}", random_arith(rng, depth - 1)),
+        5 | 6 => format!("{a} % {}", random_arith(rng, depth - 1)),
+        7 => format!("{a} ** {}", EXPONENTS[rng.gen_range(0..EXPONENTS.len())]),
+        8 => format!("-{a}"),
+        9 => format!("({a})"),
+        _ => format!("({a}) | abs"),
+    }
+}
+
+#[test]
+fn random_arithmetic_matches_python() {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x0b5e);
+    let mut rendered = 0;
+    for _ in 0..80 {
+        // One expression per template, so that an error in one (a zero
+        // divisor) does not hide the others; several cases per template.
+        let expr = random_arith(&mut rng, 3);
+        let template =
+            format!("{{{{ {expr} }}}}|{{{{ ({expr}) ~ '' }}}}|{{{{ '%r|%s' % ({expr}, -x) }}}}");
+        let extras = [json!({"x": 5, "y": -3}), json!({"x": 0.25, "y": 4})];
+        let cases: Vec<Value> = extras
+            .iter()
+            .map(|e| json!({"messages": [], "extra": e}))
+            .collect();
+        rendered += python_render(&template, &cases)
+            .iter()
+            .filter(|r| r.is_ok())
+            .count();
+        compare_with(&template, &extras);
+    }
+    assert!(rendered > 60, "only {rendered} renderings succeeded");
+}

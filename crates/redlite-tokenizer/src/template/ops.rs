@@ -23,6 +23,10 @@ pub const POW_FN: &str = "__redlite_py_pow__";
 pub const DIV_FN: &str = "__redlite_py_truediv__";
 /// Global function computing Python's `a // b`.
 pub const FLOORDIV_FN: &str = "__redlite_py_floordiv__";
+/// Global function computing Python's `-a`.
+pub const NEG_FN: &str = "__redlite_py_neg__";
+/// Global function computing Python's `+a`.
+pub const POS_FN: &str = "__redlite_py_pos__";
 /// Global function computing Jinja2's `a ~ b ~ …` (`str()` of each, joined).
 pub const CONCAT_FN: &str = "__redlite_py_concat__";
 
@@ -154,8 +158,6 @@ enum Kind {
     Plain(Vec<Node>),
     /// A call of a global function with these arguments.
     Call(&'static str, Vec<Node>),
-    /// The node in parentheses.
-    Paren(Box<Node>),
 }
 
 struct Parser<'a> {
@@ -373,21 +375,26 @@ impl<'a> Parser<'a> {
         self.enter()?;
         let mut node = if self.is_op("-") || self.is_op("+") {
             let tok = self.next()?;
-            let mut inner = self.unary(false)?;
-            // Jinja2 negates `x.y`, `x[0]`, `f()` as a whole; minijinja
-            // would negate `x` first, so the operand gets parentheses.
-            if !matches!(&inner.kind, Kind::Plain(c) if c.is_empty()) {
-                self.rewritten = true;
-                inner = Node {
-                    start: inner.start,
+            let inner = self.unary(false)?;
+            let literal = matches!(&inner.kind, Kind::Plain(c) if c.is_empty())
+                && self
+                    .toks
+                    .iter()
+                    .any(|t| t.start == inner.start && t.t == T::Num);
+            if tok.t == T::Op("-") && literal {
+                Node {
+                    start: tok.start,
                     end: inner.end,
-                    kind: Kind::Paren(Box::new(inner)),
-                };
-            }
-            Node {
-                start: tok.start,
-                end: inner.end,
-                kind: Kind::Plain(vec![inner]),
+                    kind: Kind::Plain(vec![inner]),
+                }
+            } else {
+                // Python's negation (of booleans too), and of `x.y` as a
+                // whole (minijinja alone would negate `x`); minijinja has no
+                // unary `+`.
+                let f = if tok.t == T::Op("-") { NEG_FN } else { POS_FN };
+                let mut call = self.call(f, vec![inner]);
+                call.start = tok.start;
+                call
             }
         } else {
             self.primary()?
@@ -749,11 +756,6 @@ fn emit(src: &str, node: &Node, out: &mut String) {
             }
             out.push(')');
         }
-        Kind::Paren(inner) => {
-            out.push('(');
-            emit(src, inner, out);
-            out.push(')');
-        }
     }
 }
 
@@ -1093,6 +1095,60 @@ fn float_pow(x: f64, y: f64) -> Result<f64, Error> {
         ));
     }
     Ok(if negate { -r } else { r })
+}
+
+/// Python `-a`.
+pub fn py_neg(a: Value) -> Result<Value, Error> {
+    match num(&a) {
+        Some(Num::Int(i)) => Ok(match i.checked_neg() {
+            Some(n) => int_value(n),
+            None => Value::from(i.unsigned_abs()),
+        }),
+        Some(Num::Float(f)) => Ok(Value::from(-f)),
+        Some(Num::Big(d)) => Ok(match d.strip_prefix('-') {
+            Some(rest) => py::int_from_decimal(rest),
+            None => py::int_from_decimal(&format!("-{d}")),
+        }),
+        None => Err(unary_error("-", &a)),
+    }
+}
+
+/// Python `+a`.
+pub fn py_pos(a: Value) -> Result<Value, Error> {
+    match num(&a) {
+        Some(Num::Int(i)) => Ok(int_value(i)),
+        Some(_) => Ok(a),
+        None => Err(unary_error("+", &a)),
+    }
+}
+
+/// Jinja2's `abs` filter: Python's `abs()` (of booleans too).
+pub fn filter_abs(a: Value) -> Result<Value, Error> {
+    match num(&a) {
+        Some(Num::Int(i)) => Ok(match i64::try_from(i.unsigned_abs()) {
+            Ok(v) => Value::from(v),
+            Err(_) => Value::from(i.unsigned_abs()),
+        }),
+        Some(Num::Float(f)) => Ok(Value::from(f.abs())),
+        Some(Num::Big(d)) => Ok(py::int_from_decimal(d.trim_start_matches('-'))),
+        None => Err(invalid(format!(
+            "TypeError: bad operand type for abs(): '{}'",
+            py::py_type_name(&a)
+        ))),
+    }
+}
+
+fn unary_error(op: &str, a: &Value) -> Error {
+    if a.is_undefined() {
+        return Error::new(
+            ErrorKind::UndefinedError,
+            format!("an undefined value is the operand of unary {op}"),
+        );
+    }
+    invalid(format!(
+        "TypeError: bad operand type for unary {op}: '{}'",
+        py::py_type_name(a)
+    ))
 }
 
 /// Jinja2's `~`: `str()` of each operand, joined.
@@ -1752,7 +1808,14 @@ mod tests {
                 false,
                 Some(" __redlite_py_mod__('%s', x | upper) "),
             ),
-            (" -loop.index ", false, Some(" -(loop.index) ")),
+            (
+                " -loop.index ",
+                false,
+                Some(" __redlite_py_neg__(loop.index) "),
+            ),
+            (" -1 + -x ", false, Some(" -1 + __redlite_py_neg__(x) ")),
+            (" +1 ", false, Some(" __redlite_py_pos__(1) ")),
+            (" -2.5e3 ", false, None),
             (" a + b * 'x%y' ", false, None),
             (" f(**kw) ", false, None),
             (" x | round(2) ", false, None),
