@@ -1521,3 +1521,66 @@ fn random_arithmetic_matches_python() {
     }
     assert!(rendered > 60, "only {rendered} renderings succeeded");
 }
+
+#[test]
+fn random_percent_formats_match_python() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x9e7c);
+    let values = [
+        json!(0),
+        json!(1),
+        json!(-1),
+        json!(255),
+        json!(-255),
+        json!(65),
+        json!(12345678901234567890u64),
+        json!(-9223372036854775808i64),
+        json!(12.34567),
+        json!(-0.0),
+        json!(1e-7),
+        json!(1e22),
+        json!(123456.789),
+        json!(-2.5),
+        json!(0.5),
+        json!(9.995),
+        json!(1.5e300),
+        json!(true),
+        json!(null),
+        json!("abc"),
+        json!("é"),
+        json!([1, "a"]),
+        json!({"k": 1}),
+    ];
+    const CONVERSIONS: &[char] = &[
+        's', 'r', 'a', 'd', 'i', 'u', 'o', 'x', 'X', 'e', 'E', 'f', 'F', 'g', 'G', 'c', '%',
+    ];
+    let mut cases = Vec::new();
+    for i in 0..3000 {
+        let mut f = String::from("<%");
+        for flag in ['-', '+', ' ', '#', '0'] {
+            if rng.gen_range(0..4) == 0 {
+                f.push(flag);
+            }
+        }
+        if rng.gen_range(0..2) == 0 {
+            f.push_str(&rng.gen_range(0..14).to_string());
+        }
+        if rng.gen_range(0..2) == 0 {
+            f.push('.');
+            if rng.gen_range(0..5) > 0 {
+                f.push_str(&rng.gen_range(0..12).to_string());
+            }
+        }
+        f.push(CONVERSIONS[rng.gen_range(0..CONVERSIONS.len())]);
+        f.push('>');
+        let v = values[rng.gen_range(0..values.len())].clone();
+        cases.push(json!({"name": i, "messages": [], "extra": {"f": f, "v": v}}));
+    }
+    let template = "{{ f % (v,) }}|{{ f | format(v) }}";
+    let ok = python_render(template, &cases)
+        .iter()
+        .filter(|r| r.is_ok())
+        .count();
+    assert!(ok > 1500, "only {ok} formats succeeded in Python");
+    compare(template, &cases);
+}
