@@ -59,7 +59,7 @@
 //!   and Python's errors on missing or surplus arguments); `**` is
 //!   left-associative and binds looser than unary minus, as in Jinja2
 //!   (`2 ** 3 ** 2` is 64, `-2 ** 2` is 4), a negative integer exponent
-//!   gives a float, integer results are exact up to 128 bits; `/` is true
+//!   gives a float, integer results are exact up to 4096 bits; `/` is true
 //!   division (correctly rounded for integers), `//` floors; division or
 //!   modulo by zero, `0 ** -1` and float overflow in `**` are render
 //!   errors, as Python raises; `~` joins `str()` of its operands (`1e-07`,
@@ -68,17 +68,18 @@
 //!   no unary `+`).
 //!
 //! Known differences, in operators and statements minijinja gives no hook
-//! for: integers beyond 128 bits take part in no arithmetic (`2 ** 128`, or
-//! `%`, `/`, `//`, `**` with such an operand, is a render error where
-//! Python computes a big integer; such integers still print and format
-//! with `%s`/`%d`); a negative float to a fractional power is an error
-//! (Python gives a complex number); `%` formatting does not escape its
-//! arguments into a `| safe` format string (Jinja2's `Markup` does;
-//! autoescaping is off in transformers); `%`-format widths and precisions
-//! above 2^20 stop rendering with a limit error; `+`, `-` and `*` are
-//! minijinja's, which agree with Python's on numbers within 128 bits and on
-//! strings repeated a non-negative number of times; `for` over `none`
-//! renders nothing (Python raises).
+//! for: an integer outside the signed 128-bit range (from `**` or from
+//! JSON) prints, formats with `%`, negates and takes `abs`, but is no
+//! operand of `+ - * / // % **` (a render error where Python computes a
+//! big integer), and `**` refuses results beyond 4096 bits (Python has no
+//! bound); a negative float to a fractional power is an error (Python
+//! gives a complex number); `%` formatting does not escape its arguments
+//! into a `| safe` format string (Jinja2's `Markup` does; autoescaping is
+//! off in transformers); `%`-format widths and precisions above 2^20 stop
+//! rendering with a limit error; `+`, `-` and `*` are minijinja's, which
+//! agree with Python's on numbers within 128 bits and on strings repeated
+//! a non-negative number of times; `for` over `none` renders nothing
+//! (Python raises).
 //! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
 //! provided (rendering fails with an unknown-filter error).
 //!

@@ -1000,6 +1000,137 @@ pub fn py_pow(a: Value, b: Value) -> Result<Value, Error> {
     }
 }
 
+/// Most bits of an integer `**` computes beyond 128 bits (Python has no
+/// bound; this keeps one template operation cheap).
+const MAX_POW_BITS: u64 = 4096;
+
+/// A non-negative integer of any size, little-endian 32-bit limbs (enough
+/// arithmetic for `**` results and `%x` / `%o` of big integers).
+#[derive(Clone, Debug, PartialEq)]
+struct BigUint(Vec<u32>);
+
+impl BigUint {
+    fn from_u128(mut v: u128) -> BigUint {
+        let mut limbs = Vec::new();
+        while v > 0 {
+            limbs.push(v as u32);
+            v >>= 32;
+        }
+        BigUint(limbs)
+    }
+
+    /// From decimal digits (ASCII digits only).
+    fn from_decimal(digits: &str) -> Option<BigUint> {
+        let mut n = BigUint(Vec::new());
+        for chunk in digits.as_bytes().chunks(9) {
+            let mut v = 0u32;
+            for &c in chunk {
+                if !c.is_ascii_digit() {
+                    return None;
+                }
+                v = v * 10 + (c - b'0') as u32;
+            }
+            n.mul_add_small(10u32.pow(chunk.len() as u32), v);
+        }
+        Some(n)
+    }
+
+    fn mul_add_small(&mut self, m: u32, a: u32) {
+        let mut carry = a as u64;
+        for limb in self.0.iter_mut() {
+            let t = *limb as u64 * m as u64 + carry;
+            *limb = t as u32;
+            carry = t >> 32;
+        }
+        if carry > 0 {
+            self.0.push(carry as u32);
+        }
+    }
+
+    fn mul(&self, other: &BigUint) -> BigUint {
+        let mut out = vec![0u32; self.0.len() + other.0.len()];
+        for (i, &a) in self.0.iter().enumerate() {
+            let mut carry = 0u64;
+            for (j, &b) in other.0.iter().enumerate() {
+                let t = out[i + j] as u64 + a as u64 * b as u64 + carry;
+                out[i + j] = t as u32;
+                carry = t >> 32;
+            }
+            let mut k = i + other.0.len();
+            while carry > 0 && k < out.len() {
+                let t = out[k] as u64 + carry;
+                out[k] = t as u32;
+                carry = t >> 32;
+                k += 1;
+            }
+        }
+        while out.last() == Some(&0) {
+            out.pop();
+        }
+        BigUint(out)
+    }
+
+    fn pow(&self, mut e: u32) -> BigUint {
+        let mut base = self.clone();
+        let mut acc = BigUint::from_u128(1);
+        while e > 0 {
+            if e & 1 == 1 {
+                acc = acc.mul(&base);
+            }
+            e >>= 1;
+            if e > 0 {
+                base = base.mul(&base);
+            }
+        }
+        acc
+    }
+
+    /// Divide by `d` (non-zero) in place; the remainder.
+    fn div_small(&mut self, d: u32) -> u32 {
+        let mut rem = 0u64;
+        for limb in self.0.iter_mut().rev() {
+            let cur = (rem << 32) | *limb as u64;
+            *limb = (cur / d as u64) as u32;
+            rem = cur % d as u64;
+        }
+        while self.0.last() == Some(&0) {
+            self.0.pop();
+        }
+        rem as u32
+    }
+
+    /// Digits in `radix` (8, 10 or 16).
+    fn to_radix(&self, radix: u32) -> String {
+        if self.0.is_empty() {
+            return "0".into();
+        }
+        // Largest power of the radix within a u32, and its digit count.
+        let (mut chunk, mut width) = (radix, 1usize);
+        while let Some(c) = chunk.checked_mul(radix) {
+            chunk = c;
+            width += 1;
+        }
+        let mut n = self.clone();
+        let mut parts = Vec::new();
+        while !n.0.is_empty() {
+            parts.push(n.div_small(chunk));
+        }
+        let mut out = String::new();
+        for (i, p) in parts.iter().rev().enumerate() {
+            let digits = match radix {
+                8 => format!("{p:o}"),
+                16 => format!("{p:x}"),
+                _ => p.to_string(),
+            };
+            if i > 0 {
+                out.push_str(&"0".repeat(width.saturating_sub(digits.len())));
+            }
+            out.push_str(&digits);
+        }
+        out
+    }
+}
+
 fn int_pow(x: i128, y: i128) -> Result<Value, Error> {
     match x {
         0 => return Ok(Value::from(if y == 0 { 1 } else { 0 })),
@@ -1009,20 +1140,26 @@ fn int_pow(x: i128, y: i128) -> Result<Value, Error> {
     }
     let too_big = || {
         invalid(format!(
-            "{x} ** {y} is beyond 128 bits; integers that large are not supported \
-             (Python computes them exactly)"
+            "{x} ** {y} has more than {MAX_POW_BITS} bits; integers that large are not \
+             supported (Python computes them exactly)"
         ))
     };
     let e = u32::try_from(y).map_err(|_| too_big())?;
     if let Some(v) = x.checked_pow(e) {
         return Ok(int_value(v));
     }
-    if x > 0 || e % 2 == 0 {
-        if let Some(v) = x.unsigned_abs().checked_pow(e) {
-            return Ok(Value::from(v));
-        }
+    let m = x.unsigned_abs();
+    // |x| has `bits` bits, so |x|^e has more than (bits - 1) * e of them.
+    let bits = 128 - m.leading_zeros() as u64;
+    if (bits - 1) * e as u64 >= MAX_POW_BITS {
+        return Err(too_big());
     }
-    Err(too_big())
+    let digits = BigUint::from_u128(m).pow(e).to_radix(10);
+    Ok(if x < 0 && e % 2 == 1 {
+        py::int_from_decimal(&format!("-{digits}"))
+    } else {
+        py::int_from_decimal(&digits)
+    })
 }
 
 fn is_odd_integer(y: f64) -> bool {
@@ -1558,15 +1695,8 @@ fn format_int(v: &Value, spec: &Spec) -> Result<String, Error> {
                 Some(rest) => (true, rest),
                 None => (false, d.as_str()),
             };
-            let m: u128 = mag.parse().map_err(|_| big_error(&format!("%{ch}")))?;
-            (
-                neg,
-                if ch == 'o' {
-                    format!("{m:o}")
-                } else {
-                    format!("{m:x}")
-                },
-            )
+            let m = BigUint::from_decimal(mag).ok_or_else(|| big_error(&format!("%{ch}")))?;
+            (neg, m.to_radix(if ch == 'o' { 8 } else { 16 }))
         }
         Num::Float(_) if hexish => return Err(wrong()),
         Num::Float(f) if f.is_nan() => {
@@ -1852,6 +1982,25 @@ mod tests {
         for (src, statement, want) in cases {
             assert_eq!(rewrite_operators(src, statement).as_deref(), want, "{src}");
         }
+    }
+
+    #[test]
+    fn big_integers_convert_between_radixes() {
+        use super::BigUint;
+        let n = BigUint::from_decimal("340282366920938463463374607431768211456123").unwrap();
+        assert_eq!(n.to_radix(10), "340282366920938463463374607431768211456123");
+        assert_eq!(BigUint::from_u128(u128::MAX).to_radix(16), "f".repeat(32));
+        assert_eq!(
+            BigUint::from_u128(8).pow(50).to_radix(8),
+            format!("1{}", "0".repeat(50))
+        );
+        assert_eq!(
+            BigUint::from_u128(2).pow(150).to_radix(16),
+            format!("4{}", "0".repeat(37))
+        );
+        assert_eq!(BigUint::from_u128(0).to_radix(10), "0");
+        assert_eq!(BigUint::from_u128(7).pow(0).to_radix(10), "1");
+        assert_eq!(BigUint::from_decimal("12a"), None);
     }
 
     #[test]
