@@ -220,9 +220,9 @@ impl ChatTemplate {
     /// `bos_token` / `eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
         let mut env = build_environment();
-        // Tuple literals and operators are found by a parse of each tag's
-        // expressions; should one ever misread a source, the source
-        // compiles without that rewrite.
+        // Tuple literals are found by a light scan of each tag, operators by
+        // a parse of its expressions; should either ever misread a source,
+        // the source compiles without that rewrite.
         if env
             .add_template_owned(TEMPLATE_NAME, prepare_source(source, true, true))
             .is_err()
@@ -716,8 +716,8 @@ fn classify_error(e: &Error) -> TemplateError {
 /// the tag's whitespace-control markers. With `tuples`, tuple literals
 /// (`(a, b)`, `(a,)`, `()`) become calls of [`TUPLE_FN`], so they are Python
 /// tuples (minijinja reads them as lists). With `operators`, `%`, `**`,
-/// `/`, `//` and `~` become calls of functions with Python's semantics
-/// (see the `ops` module).
+/// `/`, `//`, `~` and unary `-`/`+` become calls of functions with Python's
+/// semantics (see the `ops` module).
 fn prepare_source(source: &str, tuples: bool, operators: bool) -> String {
     let src = source.replace("\r\n", "\n").replace('\r', "\n");
     let b = src.as_bytes();
