@@ -77,8 +77,10 @@
 //! into a `| safe` format string (Jinja2's `Markup` does; autoescaping is
 //! off in transformers); `%`-format widths and precisions above 2^20 stop
 //! rendering with a limit error; `+`, `-` and `*` are minijinja's, which
-//! agree with Python's on numbers within 128 bits and on strings repeated
-//! a non-negative number of times; `for` over `none` renders nothing
+//! agree with Python's on numbers within 128 bits, on strings and on
+//! lists, except that `+` and `*` of tuples give lists (`(1, 2) + (3,)`
+//! prints `[1, 2, 3]`) and repeating by a negative count is an error
+//! (Python gives an empty sequence); `for` over `none` renders nothing
 //! (Python raises).
 //! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
 //! provided (rendering fails with an unknown-filter error).
