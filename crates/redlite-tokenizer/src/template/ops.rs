@@ -1,14 +1,18 @@
 //! Python semantics of Jinja2's arithmetic operators.
 //!
-//! minijinja's `%`, `**`, `/`, `//` and `~` follow Rust, not Python, and it
-//! offers no hook for operators. So the expressions of each tag are parsed
-//! here with Jinja2's grammar (`jinja2/parser.py`: `or` < `and` < `not` <
-//! comparisons < `+ -` < `~` < `* / // %` < `**` < unary `- +` < filters,
-//! tests and postfix; `**` is left-associative, and `-2 ** 2` is `(-2) **
-//! 2`), and `a % b`, `a ** b`, `a / b`, `a // b` and `a ~ b ~ …` are
-//! rewritten into calls of global functions that compute them as Python
-//! does. Everything else in the tag is copied unchanged. A tag the parser
-//! does not understand is left as it is.
+//! minijinja's `%`, `**`, `/`, `//`, `~` and unary `-` follow Rust, not
+//! Python (and it has no unary `+`), and it offers no hook for operators.
+//! So the expressions of each tag are parsed here with Jinja2's grammar
+//! (`jinja2/parser.py`: `or` < `and` < `not` < comparisons < `+ -` < `~` <
+//! `* / // %` < `**` < unary `- +` < filters, tests and postfix; `**` is
+//! left-associative, and `-2 ** 2` is `(-2) ** 2`), and `a % b`, `a ** b`,
+//! `a / b`, `a // b`, `a ~ b ~ …`, `-a` (but for a number literal) and `+a`
+//! are rewritten into calls of global functions that compute them as
+//! Python does. Everything else in the tag is copied unchanged. A tag the
+//! parser does not understand is left as it is.
+//!
+//! The `format` and `abs` filters are here too: they share the operators'
+//! formatting and number handling.
 
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
