@@ -28,7 +28,8 @@
 //!   ties to even; `ceil`/`floor`), `e`/`escape` (markupsafe's `&#34;`/`&#39;`
 //!   entities), `indent` (Python line boundaries), `replace` (with `count`),
 //!   `min`/`max` (case-insensitive, `attribute`), `sum` (`attribute`,
-//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined);
+//!   `start`), `center`, `wordcount`, `truncate`, `length` (0 for undefined),
+//!   `format` (Python's `%` formatting, below), `abs` (of booleans too);
 //! * `raise_exception(msg)` aborts rendering with [`TemplateError::Raised`];
 //! * `strftime_now(fmt)` formats the current time (UTC; transformers uses the
 //!   local time of the host);
@@ -48,25 +49,50 @@
 //!   correctly rounded), and so are tools given as text to
 //!   [`ChatTemplate::render_with_tools_json`];
 //! * the `iterable`, `sequence` and `number` tests follow Python: `none is
-//!   iterable` is false, a dict `is sequence`, a boolean `is number`.
+//!   iterable` is false, a dict `is sequence`, a boolean `is number`;
+//! * operators are Python's: the `ops` module parses each tag's expressions
+//!   with Jinja2's grammar and rewrites `%`, `**`, `/`, `//`, `~` and unary
+//!   `-`/`+` into calls of functions with Python's semantics. `%` takes the
+//!   divisor's sign (`-7 % 3` is `2`, `-7.5 % 2` is `0.5`) and formats strings
+//!   printf-style (`'%05.2f' % x`, `'%s and %s' % (a, b)`, `'%(k)s' % d`:
+//!   conversions `s r a d i u o x X e E f F g G c %`, flags, `*` widths,
+//!   and Python's errors on missing or surplus arguments); `**` is
+//!   left-associative and binds looser than unary minus, as in Jinja2
+//!   (`2 ** 3 ** 2` is 64, `-2 ** 2` is 4), a negative integer exponent
+//!   gives a float, integer results are exact up to 4096 bits; `/` is true
+//!   division (correctly rounded for integers), `//` floors; division or
+//!   modulo by zero, `0 ** -1` and float overflow in `**` are render
+//!   errors, as Python raises; `~` joins `str()` of its operands (`1e-07`,
+//!   `None`); unary `-` and `+` are Python's (`-true` is `-1`, `-x.y`
+//!   negates `x.y` where minijinja alone reads `(-x).y`, and minijinja has
+//!   no unary `+`).
 //!
-//! Known differences, all in operators and statements minijinja gives no
-//! hook for: `~` formats floats and containers with minijinja's own
-//! `Display` (`0.0000001` where Python writes `1e-07`); `%` is Euclidean
-//! (Python's result takes the divisor's sign) and does no string formatting
-//! (`'%s' % x` is an error); `**` with a negative integer exponent or an
-//! integer result beyond 128 bits is an error (Python gives a float / a big
-//! integer); `x / 0` is infinite (Python raises); `for` over `none` renders
-//! nothing (Python raises).
+//! Known differences, in operators and statements minijinja gives no hook
+//! for: an integer outside the signed 128-bit range (from `**` or from
+//! JSON) prints, formats with `%`, negates and takes `abs`, but is no
+//! operand of `+ - * / // % **` (a render error where Python computes a
+//! big integer), and `**` refuses results beyond 4096 bits (Python has no
+//! bound); a negative float to a fractional power is an error (Python
+//! gives a complex number); `%` formatting does not escape its arguments
+//! into a `| safe` format string (Jinja2's `Markup` does; autoescaping is
+//! off in transformers); `%`-format widths and precisions above 2^20 stop
+//! rendering with a limit error; `+`, `-` and `*` are minijinja's, which
+//! agree with Python's on numbers within 128 bits, on strings and on
+//! lists, except that `+` and `*` of tuples give lists (`(1, 2) + (3,)`
+//! prints `[1, 2, 3]`) and repeating by a negative count is an error
+//! (Python gives an empty sequence); `for` over `none` renders nothing
+//! (Python raises).
 //! Jinja2's `wordwrap`, `striptags`, `urlencode` filters and `lipsum` are not
 //! provided (rendering fails with an unknown-filter error).
 //!
 //! A template is untrusted input, so rendering is bounded: at most
 //! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
 //! minijinja's recursion limit, and a nesting limit when printing values;
-//! each ends rendering with [`TemplateError::Limit`]. Not bounded: a string
-//! doubled by `~` or `+` in a loop grows in memory without passing through
-//! any of these checks (minijinja repeats strings with `*` only up to 100 MB).
+//! each ends rendering with [`TemplateError::Limit`], and so does a string
+//! built with `~` or `%` formatting longer than [`MAX_RENDER_OUTPUT`]. Not
+//! bounded: a string doubled by `+` in a loop grows in memory without
+//! passing through any of these checks (minijinja repeats strings with `*`
+//! only up to 100 MB).
 //!
 //! Messages are normalised before rendering (see [`normalize_messages`]):
 //! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
@@ -76,6 +102,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod ops;
 mod py;
 pub use py::parse_json as parse_json_exact;
 
@@ -195,13 +222,17 @@ impl ChatTemplate {
     /// `bos_token` / `eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
         let mut env = build_environment();
-        // Tuple literals are found by a light scan of the expressions; should
-        // it ever misread a source, the source compiles without it.
+        // Tuple literals are found by a light scan of each tag, operators by
+        // a parse of its expressions; should either ever misread a source,
+        // the source compiles without that rewrite.
         if env
-            .add_template_owned(TEMPLATE_NAME, prepare_source(source, true))
+            .add_template_owned(TEMPLATE_NAME, prepare_source(source, true, true))
             .is_err()
+            && env
+                .add_template_owned(TEMPLATE_NAME, prepare_source(source, true, false))
+                .is_err()
         {
-            env.add_template_owned(TEMPLATE_NAME, prepare_source(source, false))
+            env.add_template_owned(TEMPLATE_NAME, prepare_source(source, false, false))
                 .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
         }
         Ok(ChatTemplate {
@@ -686,8 +717,10 @@ fn classify_error(e: &Error) -> TemplateError {
 /// its body unchanged, becomes a scope block minijinja knows (`with`), keeping
 /// the tag's whitespace-control markers. With `tuples`, tuple literals
 /// (`(a, b)`, `(a,)`, `()`) become calls of [`TUPLE_FN`], so they are Python
-/// tuples (minijinja reads them as lists).
-fn prepare_source(source: &str, tuples: bool) -> String {
+/// tuples (minijinja reads them as lists). With `operators`, `%`, `**`,
+/// `/`, `//`, `~` and unary `-`/`+` become calls of functions with Python's
+/// semantics (see the `ops` module).
+fn prepare_source(source: &str, tuples: bool, operators: bool) -> String {
     let src = source.replace("\r\n", "\n").replace('\r', "\n");
     let b = src.as_bytes();
     let mut out = String::with_capacity(src.len());
@@ -727,18 +760,16 @@ fn prepare_source(source: &str, tuples: bool) -> String {
             b'#' => i = src[i + 2..].find("#}").map_or(b.len(), |p| i + 2 + p + 2),
             b'{' => {
                 let end = skip_tag(i + 2, b"}}");
-                if tuples {
-                    let inner = src
-                        .get(i + 2..end)
-                        .and_then(|t| t.strip_suffix("}}"))
-                        .unwrap_or_default();
-                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, false) {
-                        out.push_str(&src[copied..i]);
-                        out.push_str("{{");
-                        out.push_str(&rewritten);
-                        out.push_str("}}");
-                        copied = end;
-                    }
+                let inner = src
+                    .get(i + 2..end)
+                    .and_then(|t| t.strip_suffix("}}"))
+                    .unwrap_or_default();
+                if let Some(rewritten) = rewrite_tag(inner, false, tuples, operators) {
+                    out.push_str(&src[copied..i]);
+                    out.push_str("{{");
+                    out.push_str(&rewritten);
+                    out.push_str("}}");
+                    copied = end;
                 }
                 i = end;
             }
@@ -797,14 +828,12 @@ fn prepare_source(source: &str, tuples: bool) -> String {
                     out.push_str(trail.unwrap_or_default());
                     out.push_str("%}");
                     copied = end;
-                } else if tuples {
-                    if let Some(rewritten) = py::rewrite_tuple_literals(inner, true) {
-                        out.push_str(&src[copied..i]);
-                        out.push_str("{%");
-                        out.push_str(&rewritten);
-                        out.push_str("%}");
-                        copied = end;
-                    }
+                } else if let Some(rewritten) = rewrite_tag(inner, true, tuples, operators) {
+                    out.push_str(&src[copied..i]);
+                    out.push_str("{%");
+                    out.push_str(&rewritten);
+                    out.push_str("%}");
+                    copied = end;
                 }
                 i = end;
             }
@@ -813,6 +842,22 @@ fn prepare_source(source: &str, tuples: bool) -> String {
     }
     out.push_str(&src[copied.min(src.len())..]);
     out
+}
+
+/// The body of one `{{ … }}` or `{% … %}` tag with its tuple literals
+/// and/or its operators rewritten; `None` when nothing changes.
+fn rewrite_tag(inner: &str, statement: bool, tuples: bool, operators: bool) -> Option<String> {
+    let t = if tuples {
+        py::rewrite_tuple_literals(inner, statement)
+    } else {
+        None
+    };
+    let o = if operators {
+        ops::rewrite_operators(t.as_deref().unwrap_or(inner), statement)
+    } else {
+        None
+    };
+    o.or(t)
 }
 
 fn build_environment() -> Environment<'static> {
@@ -858,6 +903,8 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("count", py::filter_length);
     env.add_filter("wordcount", py::filter_wordcount);
     env.add_filter("truncate", py::filter_truncate);
+    env.add_filter("format", ops::filter_format);
+    env.add_filter("abs", ops::filter_abs);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,
@@ -887,6 +934,13 @@ fn build_environment() -> Environment<'static> {
     env.add_function(TUPLE_FN, |items: Rest<Value>| -> Value {
         py::PyTuple::value(items.0)
     });
+    env.add_function(ops::MOD_FN, ops::py_mod);
+    env.add_function(ops::POW_FN, ops::py_pow);
+    env.add_function(ops::DIV_FN, ops::py_truediv);
+    env.add_function(ops::FLOORDIV_FN, ops::py_floordiv);
+    env.add_function(ops::CONCAT_FN, ops::py_concat);
+    env.add_function(ops::NEG_FN, ops::py_neg);
+    env.add_function(ops::POS_FN, ops::py_pos);
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(
             ErrorKind::InvalidOperation,

@@ -1,8 +1,8 @@
 //! Python-compatibility of the template engine, checked live against Python
 //! Jinja2 configured like transformers (`tests/py/make_template_golden.py
 //! --render`): tojson options, Python `str()` of values, pycompat methods,
-//! loop controls and adjacent items, tests, `raise_exception`, and the
-//! built-in ChatML fallback.
+//! loop controls and adjacent items, tests, `raise_exception`, the
+//! built-in ChatML fallback, and Python semantics of the operators.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -114,6 +114,19 @@ fn compare_with(template: &str, extras: &[Value]) {
         .map(|(i, e)| json!({"name": i, "messages": [], "extra": e}))
         .collect();
     compare(template, &cases);
+}
+
+/// [`compare_with`] where Python must render every case (so that an
+/// error on both sides cannot hide the other lines' differences).
+fn compare_with_ok(template: &str, extras: &[Value]) {
+    let cases: Vec<Value> = extras
+        .iter()
+        .map(|e| json!({"messages": [], "extra": e}))
+        .collect();
+    for r in python_render(template, &cases) {
+        assert!(r.is_ok(), "python fails: {r:?}");
+    }
+    compare_with(template, extras);
 }
 
 /// Each expression on its own line, `|` around its output.
@@ -924,6 +937,13 @@ fn random_template_fragments_never_panic() {
         "*",
         "%",
         "range(3)",
+        "**",
+        "//",
+        "/",
+        "-",
+        "'%s'",
+        "'%(a)5.2f %'",
+        "0",
     ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e3a);
     let messages = [
@@ -1040,4 +1060,540 @@ fn tuple_literals_are_python_tuples() {
 |{{ s.startswith(('a', 'b')) }}|{{ s.split(',')[0] }}|{{ (s, 1) }}|{{ f(1) if f is defined else (1, 2) }}
 |{{ {'a': 1} | tojson(separators=(',', ':')) }}|{{ ('a' ~ 'b', 2 * (3 + 4)) }}|{{ (2 * (3 + 4)) }}"#;
     compare_with(template, &[json!({"r": "user", "s": "a,b"})]);
+}
+
+/// `nan` and `inf` as template variables (JSON has no spelling for them;
+/// the condition keeps Jinja2 from folding them into a constant, which its
+/// code generator would spell as an undefined Python name).
+const NAN_INF: &str = "{% set nan = ('nan' if messages is defined) | float %}\
+    {% set inf = ('inf' if messages is defined) | float %}";
+
+#[test]
+fn arithmetic_operators_are_pythons() {
+    let exprs = [
+        "-7 % 3",
+        "7 % -3",
+        "-7 % -3",
+        "7 % 3",
+        "0 % 5",
+        "-7.5 % 2",
+        "7.5 % -2",
+        "-0.0 % 5",
+        "0.0 % -5",
+        "5.5 % 2.5",
+        "1e300 % 7",
+        "true % 2",
+        "n % 4",
+        "big % 97",
+        "-big % 97",
+        "7 // 2",
+        "-7 // 2",
+        "7 // -2",
+        "-7.5 // 2",
+        "7.5 // -2",
+        "1e300 // 3",
+        "5 / 2",
+        "4 / 2",
+        "-1 / 3",
+        "0 / -5",
+        "1 / 3",
+        "9007199254740993 / 1",
+        "big / 3",
+        "big / -7",
+        "170141183460469231731687303715884105727 / 3",
+        "1e308 / 0.1",
+        "2 ** 10",
+        "2 ** -1",
+        "(-2) ** -1",
+        "10 ** -2",
+        "2 ** 0.5",
+        "2.0 ** 3",
+        "0 ** 0",
+        "(-1) ** 1001",
+        "1 ** 100000000000000000000",
+        "2 ** 62",
+        "2 ** 63",
+        "2 ** 64",
+        "2 ** 126",
+        "2 ** 127",
+        "-2 ** 127",
+        "(-2) ** 127",
+        "2 ** 128 - 1 if false else 3 ** 80",
+        "2 ** 128",
+        "3 ** 81",
+        "(-2) ** 129",
+        "(-3) ** 333",
+        "2 ** 4095",
+        "-(2 ** 200)",
+        "(-(2 ** 200)) | abs",
+        "(2 ** 200) ~ ''",
+        "(2 ** 200) | tojson",
+        "'%d|%x|%o|%X|%#x|%s' % (2 ** 200, 2 ** 200, -(2 ** 200), 3 ** 100, -(3 ** 90), 5 ** 60)",
+        "10 ** 38",
+        "(-10) ** 38",
+        "1 ** nan",
+        "nan ** 0",
+        "inf ** -1",
+        "(-inf) ** 3",
+        "0.5 ** inf",
+        "2 ** -1074",
+        "10.0 ** -400",
+        "(-8.0) ** 3",
+        "true ** 2",
+        "2 ** true",
+        "1e-7 ~ ''",
+        "1e16 ~ '|' ~ 0.1 ~ '|' ~ 2.5e-5",
+        "1 ~ 2 ~ 3",
+        "none ~ true ~ false",
+        "[1.5, none] ~ 'x'",
+        "{'a': 1e-7} ~ ''",
+        "undefined_var ~ 'u'",
+        "x ~ (1, 2)",
+    ];
+    compare_with_ok(
+        &format!("{NAN_INF}{}", expr_template(&exprs)),
+        &[json!({"n": -13, "big": 12345678901234567890u64, "x": 0.1})],
+    );
+}
+
+#[test]
+fn operator_precedence_is_jinja2s() {
+    let exprs = [
+        "1 + 7 % 3 * 2",
+        "2 ** 3 ** 2",
+        "-2 ** 2",
+        "- 2 ** 2",
+        "2 * 3 ** 2",
+        "-n % 4",
+        "a % b ~ 'x'",
+        "'x' ~ a % b",
+        "1 + 2 ~ 3 if false else 0",
+        "'%s' % x | upper",
+        "'%s!' % s | upper",
+        "('%s!' % s) | upper",
+        "(a % b) if c else d",
+        "a % b if c else d",
+        "a % b if not c else d",
+        "not a % b",
+        "a % b == 1 and a ** 2 > 9",
+        "a % b in [1, 2]",
+        "[a % b, a ** b, a / b, a // b]",
+        "{'k': a % b}",
+        "(a % b, a // b)",
+        "range(a % b + 1) | list",
+        "[1, 2, 3][a % b]",
+        "'abcdef'[a % b:a ** 2 // 3]",
+        "s | replace('a', '%s' % b)",
+        "s.split('b' % ())",
+        "a is divisibleby 2 % 3",
+        "(a % 2) is even",
+        "a % 3 is odd",
+        "a / b * 2",
+        "a // b / 2",
+        "a % b % 2",
+        "a ** -1 ** 2",
+        "a - -b % 5",
+        "a|abs % 5",
+        "-a|abs % 5",
+        "a % b|string|length",
+        "a % b~b % a",
+        "a%b",
+        "(a)%(b)",
+    ];
+    compare_with_ok(
+        &expr_template(&exprs),
+        &[json!({"a": 17, "b": 5, "c": true, "d": "dd", "n": 7, "x": "v", "s": "abc"})],
+    );
+}
+
+#[test]
+fn operators_inside_statements() {
+    let template = r#"
+{%- for m in messages %}
+  {%- if loop.index0 % 2 == 0 %}[even {{ loop.index0 % 2 }}]{% else %}[odd {{ -loop.index % 3 }}]{% endif %}
+  {%- set ratio = loop.index / loop.length %}{{ ratio }}|{{ (ratio * 100) // 1 }}%
+{%- endfor %}
+{%- for i in range(10) if i % 3 == 1 %}<{{ i }}:{{ i ** 2 % 7 }}>{% endfor %}
+{%- for i in range(7 // 2) %}({{ i ~ '/' ~ i / 2 }}){% endfor %}
+{%- set ns = namespace(total=0) %}{% for i in range(5) %}{% set ns.total = ns.total + i % 2 %}{% endfor %}{{ ns.total }}
+{%- set a, b = 7 % -3, 2 ** -2 %}|{{ a }}|{{ b }}
+{%- macro pct(v, fmt='%.1f%%') %}{{ fmt % (v * 100) }}{% endmacro %}|{{ pct(0.125) }}|{{ pct(1 / 3, '%5.2f') }}
+{%- with q = 10 % 4, r = '%03d' % 7 %}|{{ q }}{{ r }}{% endwith %}
+{%- set block %}{{ '%s-%s' % ('x', 'y') }}{% endset %}|{{ block }}
+{%- filter replace('%', '%%' % ()) %}|50%{% endfilter %}
+{%- if (messages | length) % 2 %}|odd count{% elif 1 %}|even count{% endif %}
+{#- a comment with 5 % 0 #}
+{%- raw %}|{{ 5 % 0 }}{% endraw %}
+|{{- '%d items' % (messages | length) -}}|
+"#;
+    let messages = json!([
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"}
+    ]);
+    let cases = [json!({"name": "loop", "messages": messages})];
+    assert!(python_render(template, &cases)[0].is_ok());
+    compare(template, &cases);
+}
+
+#[test]
+fn percent_formatting_is_pythons() {
+    let exprs = [
+        "'%s' % x",
+        "'%s' % s",
+        "'%r' % s",
+        "'%a' % u",
+        "'%s' % u",
+        "'%d' % n",
+        "'%i' % f",
+        "'%d' % -2.9",
+        "'%s and %s' % (s, n)",
+        "'%s' % (s,)",
+        "'%s' % l",
+        "'%r' % l",
+        "'%s' % d",
+        "'%(k)s=%(n)05d' % d",
+        "'%(k)r' % d",
+        "'%05.2f' % f",
+        "'%.2f|%.0f|%.0f|%.1f' % (0.125, 0.5, 2.5, 0.25)",
+        "'%f|%F|%e|%E|%g|%G' % (f, f, f, f, f, f)",
+        "'%e|%g|%G' % (1e-10, 1e-10, 1e-10)",
+        "'%g|%g|%g|%g|%g' % (100000, 1000000, 0.0001, 0.00001, 123.456)",
+        "'%.3g|%#.3g|%#g|%.0g|%#.0f|%#.0e|%.0e' % (0.0001234, 1, 1.5, 0.5, 3, 12345, 12345)",
+        "'%g|%g|%f|%d' % (0.0, -0.0, -0.0, -0.0)",
+        "'%10.4g|%-10.4g|%+.3e|% f' % (3.14159, -3.14159, 1234.5, 2)",
+        "'%.20e|%.17g|%.30f' % (0.1, 0.1, 0.1)",
+        "'%f' % 1e300",
+        "'%010.3e|%05f|%05.1f|%+f|%F' % (-1234.5, inf, -inf, nan, inf)",
+        "'%x|%X|%o|%#x|%#X|%#o' % (255, 255, 8, 255, 255, 8)",
+        "'%#08x|%#.5x|%-#8x|%08x' % (255, -255, 255, -255)",
+        "'%#x|%#o|%#.3x' % (0, 0, 0)",
+        "'%5d|%-5d|%05d|%+d|% d|% 05d|%+05d|%-05d|' % (42, 42, 42, 42, 42, 42, -42, -3)",
+        "'%.3d|%.0d|%.d|%5.3d' % (7, 0, 0, -7)",
+        "'%d|%x|%s' % (true, true, true)",
+        "'%d' % big",
+        "'%d' % 1e300",
+        "'%s' % big",
+        "'%x' % 340282366920938463463374607431768211455",
+        "'%c%c%c' % (72, 'i', 0x1F680)",
+        "'%5s|%-5s|%.1s|%5.1s|%.3s' % ('abc', 'abc', 'abc', 'abc', u)",
+        "'%05s|%-05s' % ('ab', 'ab')",
+        "'%*d|%-*d|%.*f|%*.*f' % (5, 3, 4, 3, 2, 3.14159, 8, 3, 2.5)",
+        "'%*d|' % (-4, 1)",
+        "'%%|%s%%' % (1,)",
+        "'%ld|%hd|%Ld|%ls' % (1, 2, 3, 'x')",
+        "'100%%' % ()",
+        "'no args' % ()",
+        "'no args' % {}",
+        "'no args' % []",
+        "'no args' % d",
+        "'%s' % none",
+        "'%s' % undefined_var",
+        "'x' % undefined_var",
+        "'%(a(b))s' % {'a(b)': 2}",
+        "'%s %s' % (l, d)",
+        "'%s' % ((1, 2),)",
+        "'%s|%r' % (1e-7, 2.5e-5)",
+        "'%s' % 'it\\'s'",
+        "'%r' % 'it\\'s'",
+        "'%.2r' % 'abc'",
+        "('%s' % s) ~ '%'",
+        "'[%s]' % '%s'",
+        "'%s' % '%%'",
+        "'%s|%r|%s' | format(true, none, 1e-7)",
+        "'%(a)s-%(b)05.1f' | format(a='x', b=2.5)",
+        "'%s' | format((1, 2))",
+        "'%d%%' | format(50)",
+        "5 | format",
+        "l | format",
+    ];
+    compare_with_ok(
+        &format!("{NAN_INF}{}", expr_template(&exprs)),
+        &[
+            json!({"x": 5, "s": "abc", "u": "é✓🚀x", "n": 42, "f": 12.34567, "l": [1, "a", null],
+                 "d": {"k": "key", "n": 7}, "big": 12345678901234567890u64}),
+        ],
+    );
+}
+
+#[test]
+fn operator_errors_are_render_errors_as_in_python() {
+    // Each raises in Python (ZeroDivisionError, TypeError, ValueError,
+    // KeyError, OverflowError): a render error here.
+    for src in [
+        "5 % 0",
+        "5 % 0.0",
+        "5.5 % 0",
+        "1 / 0",
+        "1.0 / 0",
+        "1 / 0.0",
+        "0 / 0",
+        "1 // 0",
+        "1.0 // 0",
+        "1 // -0.0",
+        "0 ** -1",
+        "0.0 ** -1",
+        "0 ** -2.5",
+        "10.0 ** 400",
+        "(-2.0) ** 1e300",
+        "'a' ** 2",
+        "[1] % 2",
+        "5 % 'a'",
+        "none % 2",
+        "2 ** none",
+        "'a' / 2",
+        "[1] // 2",
+        "'hello' % 5",
+        "'hello' % 'x'",
+        "'%s %s' % (1,)",
+        "'%s' % (1, 2)",
+        "'%(a)s %s' % {'a': 1}",
+        "'%(a)s' % (1,)",
+        "'%(a)s' % {}",
+        "'%(a' % {}",
+        "'%' % ()",
+        "'abc %' % 1",
+        "'%s%' % 1",
+        "'%q' % 1",
+        "'%q' % ()",
+        "'%5%' % 1",
+        "'%-%' % ()",
+        "'%l' % ()",
+        "'%d' % '3'",
+        "'%d' % none",
+        "'%x' % 3.5",
+        "'%f' % 'x'",
+        "'%d' % nan",
+        "'%d' % inf",
+        "'%c' % 'ab'",
+        "'%c' % 3.0",
+        "'%c' % 1114112",
+        "'%c' % -1",
+        "'%*d' % ('a', 1)",
+        "'%.*f' % (1.5, 2.0)",
+        "'%s %s' | format(1)",
+        "'%s' | format(1, 2)",
+        "'%(a)s' | format(b=1)",
+    ] {
+        let src = format!("{NAN_INF}{{{{ {src} }}}}");
+        compare_with(&src, &[json!({})]);
+        let tmpl = ChatTemplate::new(&src, "", "").unwrap();
+        let err = tmpl
+            .render(&[], None, false, &Map::new())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(err, TemplateError::Render(_)), "{src}: {err}");
+    }
+    // Undefined operands fail (Jinja2 raises UndefinedError; `~` and
+    // `'%s' %` print them as '', compared above).
+    for src in [
+        "undefined_var % 2",
+        "2 ** undefined_var",
+        "undefined_var / 2",
+        "'%d' % undefined_var",
+        "'%(a)s' % undefined_var",
+        // Jinja2 raises FilterArgumentError.
+        "'%s' | format(1, a=2)",
+    ] {
+        let tmpl = ChatTemplate::new(&format!("{{{{ {src} }}}}"), "", "").unwrap();
+        assert!(tmpl.render(&[], None, false, &Map::new()).is_err(), "{src}");
+    }
+}
+
+#[test]
+fn operator_results_beyond_128_bits_and_huge_formats_fail_clearly() {
+    let none = Map::new();
+    for (src, want) in [
+        ("{{ 2 ** 4096 }}", "more than 4096 bits"),
+        ("{{ 7 ** 100000000000 }}", "more than 4096 bits"),
+        ("{{ (2 ** 200) % 7 }}", "beyond 128 bits"),
+        ("{{ big % 7 }}", "beyond 128 bits"),
+        ("{{ big // 7 }}", "beyond 128 bits"),
+        ("{{ big / 7 }}", "beyond 128 bits"),
+        ("{{ big ** 2 }}", "beyond 128 bits"),
+        ("{{ '%x' % big }}", "e2c11a6cbf95b300962bfd56515a64244cb"),
+        ("{{ (-8) ** (1 / 3) }}", "complex"),
+    ] {
+        let mut extra = Map::new();
+        extra.insert("big".into(), json!(1));
+        let tmpl = ChatTemplate::new(src, "", "").unwrap();
+        let tools = r#"[{"n": 1234567890123456789012345678901234567890123}]"#;
+        let src2 = src.replace("big", "tools[0].n");
+        let tmpl2 = ChatTemplate::new(&src2, "", "").unwrap();
+        let got = if src.contains("big") {
+            tmpl2.render_with_tools_json(&[], Some(tools), false, &none)
+        } else {
+            tmpl.render(&[], None, false, &extra)
+        };
+        match got {
+            Ok(text) => assert_eq!(text, want, "{src}"),
+            Err(e) => assert!(e.to_string().contains(want), "{src}: {e}"),
+        }
+    }
+    // `%x` of an integer beyond 128 bits (the value checked with Python's
+    // `'%x' % 1234567890123456789012345678901234567890123`) works above.
+    // Widths and precisions are bounded.
+    let tmpl = ChatTemplate::new("{{ '%99999999d' % 1 }}", "", "").unwrap();
+    assert!(matches!(
+        tmpl.render(&[], None, false, &none),
+        Err(TemplateError::Limit(_))
+    ));
+    // A string doubled with `~` stops at the output limit.
+    let tmpl = ChatTemplate::new(
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+        "",
+        "",
+    )
+    .unwrap();
+    assert!(matches!(
+        tmpl.render(&[], None, false, &none),
+        Err(TemplateError::Limit(_))
+    ));
+}
+
+#[test]
+fn operator_idioms_of_published_templates() {
+    let template = r#"
+{%- for message in messages %}
+  {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+    {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+  {%- endif %}
+  {{- '[' ~ loop.index ~ '/' ~ loop.length ~ '] ' ~ message.content | trim ~ '\n' }}
+  {%- if loop.index0 % 2 == 1 and not loop.last %}{{ '---\n' }}{% endif %}
+{%- endfor %}
+{{- (messages | length / 2) | round(0, 'floor') | int }}|{{ messages | map(attribute='content') | join(', ' ~ '') }}
+|{{ ((messages | length) * 100 / 7) | round(2) }}%|{{ '%.1f%%' % (100 * 2 / 3) }}|{{ messages[1:] | length ~ 'x' }}
+|{{ 'ab' ~ 'cd' | length }}|{{ ('ab' ~ 'cd') | length }}|{{ messages | length is divisibleby 2 }}
+|{{ -(messages | length) | abs }}|{{ -(messages | length) % 4 }}|{{ [1, 2, 3][-1 % 3] }}|{{ {'k': 7 // 2}['k'] ** 2 }}
+"#;
+    let ok = json!([
+        {"role": "user", "content": " hi "},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"}
+    ]);
+    let bad = json!([
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b"}
+    ]);
+    let cases = [
+        json!({"name": "alternating", "messages": ok}),
+        json!({"name": "not_alternating", "messages": bad}),
+    ];
+    let r = python_render(template, &cases);
+    assert!(r[0].is_ok(), "{:?}", r[0]);
+    compare(template, &cases);
+}
+
+/// A random arithmetic expression of small numbers (depth-bounded, so
+/// that integer results stay within 128 bits).
+fn random_arith(rng: &mut rand::rngs::StdRng, depth: u32) -> String {
+    use rand::Rng;
+    const ATOMS: &[&str] = &[
+        "0", "1", "2", "3", "7", "-7", "13", "0.5", "-2.5", "1.5", "3.0", "1e-7", "x", "y", "true",
+    ];
+    const EXPONENTS: &[&str] = &["0", "1", "2", "3", "-1", "-2", "2.0", "(-2)", "-1.0"];
+    if depth == 0 || rng.gen_range(0..4) == 0 {
+        return ATOMS[rng.gen_range(0..ATOMS.len())].to_string();
+    }
+    let a = random_arith(rng, depth - 1);
+    match rng.gen_range(0..11) {
+        0 => format!("{a} + {}", random_arith(rng, depth - 1)),
+        1 => format!("{a} - {}", random_arith(rng, depth - 1)),
+        2 => format!("{a} * {}", random_arith(rng, depth - 1)),
+        3 => format!("{a} / {}", random_arith(rng, depth - 1)),
+        4 => format!("{a} // {}", random_arith(rng, depth - 1)),
+        5 | 6 => format!("{a} % {}", random_arith(rng, depth - 1)),
+        7 => format!("{a} ** {}", EXPONENTS[rng.gen_range(0..EXPONENTS.len())]),
+        8 => format!("-{a}"),
+        9 => format!("({a})"),
+        _ => format!("({a}) | abs"),
+    }
+}
+
+#[test]
+fn random_arithmetic_matches_python() {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x0b5e);
+    let mut rendered = 0;
+    for _ in 0..80 {
+        // One expression per template, so that an error in one (a zero
+        // divisor) does not hide the others; several cases per template.
+        let expr = random_arith(&mut rng, 3);
+        let template =
+            format!("{{{{ {expr} }}}}|{{{{ ({expr}) ~ '' }}}}|{{{{ '%r|%s' % ({expr}, -x) }}}}");
+        let extras = [json!({"x": 5, "y": -3}), json!({"x": 0.25, "y": 4})];
+        let cases: Vec<Value> = extras
+            .iter()
+            .map(|e| json!({"messages": [], "extra": e}))
+            .collect();
+        rendered += python_render(&template, &cases)
+            .iter()
+            .filter(|r| r.is_ok())
+            .count();
+        compare_with(&template, &extras);
+    }
+    assert!(rendered > 60, "only {rendered} renderings succeeded");
+}
+
+#[test]
+fn random_percent_formats_match_python() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x9e7c);
+    let values = [
+        json!(0),
+        json!(1),
+        json!(-1),
+        json!(255),
+        json!(-255),
+        json!(65),
+        json!(12345678901234567890u64),
+        json!(-9223372036854775808i64),
+        json!(12.34567),
+        json!(-0.0),
+        json!(1e-7),
+        json!(1e22),
+        json!(123456.789),
+        json!(-2.5),
+        json!(0.5),
+        json!(9.995),
+        json!(1.5e300),
+        json!(true),
+        json!(null),
+        json!("abc"),
+        json!("é"),
+        json!([1, "a"]),
+        json!({"k": 1}),
+    ];
+    const CONVERSIONS: &[char] = &[
+        's', 'r', 'a', 'd', 'i', 'u', 'o', 'x', 'X', 'e', 'E', 'f', 'F', 'g', 'G', 'c', '%',
+    ];
+    let mut cases = Vec::new();
+    for i in 0..3000 {
+        let mut f = String::from("<%");
+        for flag in ['-', '+', ' ', '#', '0'] {
+            if rng.gen_range(0..4) == 0 {
+                f.push(flag);
+            }
+        }
+        if rng.gen_range(0..2) == 0 {
+            f.push_str(&rng.gen_range(0..14).to_string());
+        }
+        if rng.gen_range(0..2) == 0 {
+            f.push('.');
+            if rng.gen_range(0..5) > 0 {
+                f.push_str(&rng.gen_range(0..12).to_string());
+            }
+        }
+        f.push(CONVERSIONS[rng.gen_range(0..CONVERSIONS.len())]);
+        f.push('>');
+        let v = values[rng.gen_range(0..values.len())].clone();
+        cases.push(json!({"name": i, "messages": [], "extra": {"f": f, "v": v}}));
+    }
+    let template = "{{ f % (v,) }}|{{ f | format(v) }}";
+    let ok = python_render(template, &cases)
+        .iter()
+        .filter(|r| r.is_ok())
+        .count();
+    assert!(ok > 1500, "only {ok} formats succeeded in Python");
+    compare(template, &cases);
 }

@@ -1106,7 +1106,7 @@ pub fn parse_py_float(text: &str) -> Option<f64> {
 }
 
 /// Exact decimal digits of the integer part of a finite float (`int(f)`).
-fn float_trunc_digits(f: f64) -> String {
+pub fn float_trunc_digits(f: f64) -> String {
     let s = format!("{:.0}", f.trunc());
     if s == "-0" {
         "0".into()
