@@ -229,3 +229,186 @@ fn decode_stays_finite_over_hundreds_of_steps() {
         assert!((0.3..20.0).contains(&std), "position {i}: logit std {std}");
     }
 }
+
+const LLAMA_BENCH_KEYS: &[&str] = &[
+    "n_prompt",
+    "n_gen",
+    "n_threads",
+    "avg_ts",
+    "stddev_ts",
+    "samples_ts",
+    "avg_ns",
+    "stddev_ns",
+    "samples_ns",
+    "model_filename",
+    "model_size",
+    "model_n_params",
+    "n_depth",
+    "redlite_min_ts",
+    "redlite_max_ts",
+    "redlite_median_ts",
+    "redlite_weight_bytes_per_token",
+    "redlite_gbps",
+    "redlite_peak_rss_bytes",
+    "redlite_load_seconds",
+    "redlite_isa",
+];
+
+fn bench_json(model: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["bench", model, "--json", "-t", "1"];
+    args.extend_from_slice(extra);
+    let (so, _) = ok(&redlite(&args));
+    let v: serde_json::Value = serde_json::from_str(&so)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {so}"));
+    v.as_array().expect("a JSON list of tests").clone()
+}
+
+/// The weight bytes a decoded token reads, from the file's own tensor table
+/// (read here with gguf-py, independently of the bench code).
+fn expected_bytes_per_token(model: &str) -> u64 {
+    let py = r#"
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+kv = {f.name: f for f in r.fields.values()}
+def u(k):
+    f = kv[k]; return int(f.parts[f.data[0]][0])
+E, k = u('qwen3next.expert_count'), u('qwen3next.expert_used_count')
+total = 0
+for t in r.tensors:
+    n = int(t.n_bytes)
+    if t.name.endswith('_exps.weight'):
+        total += n // E * k
+    elif t.name == 'token_embd.weight':
+        total += n // int(t.shape[1])
+    else:
+        total += n
+print(total)
+"#;
+    let out = Command::new(redlite_testkit::python())
+        .args(["-c", py, model])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn bench_json_has_llama_bench_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = synth(dir.path(), "cf2", 4, &[]);
+    let tests = bench_json(&m, &["-p", "32", "-n", "8", "-r", "2"]);
+    assert_eq!(tests.len(), 2, "{tests:?}");
+    let size = std::fs::metadata(&m).unwrap().len();
+    for t in &tests {
+        for k in LLAMA_BENCH_KEYS {
+            assert!(t.get(*k).is_some(), "missing {k} in {t}");
+        }
+        assert!(t["avg_ts"].as_f64().unwrap() > 0.0);
+        assert!(t["avg_ns"].as_u64().unwrap() > 0);
+        assert_eq!(t["samples_ts"].as_array().unwrap().len(), 2);
+        assert_eq!(t["samples_ns"].as_array().unwrap().len(), 2);
+        assert!(t["redlite_min_ts"].as_f64().unwrap() <= t["redlite_max_ts"].as_f64().unwrap());
+        assert_eq!(t["n_threads"], 1);
+        assert_eq!(t["n_depth"], 0);
+        assert_eq!(t["model_filename"], m.as_str());
+        let ms = t["model_size"].as_u64().unwrap();
+        assert!(ms > 0 && ms < size, "model_size {ms} vs file {size}");
+        assert!(t["model_n_params"].as_u64().unwrap() > 100_000_000);
+        assert!(t["redlite_peak_rss_bytes"].as_u64().unwrap() > 0);
+    }
+    let (pp, tg) = (&tests[0], &tests[1]);
+    assert_eq!(
+        (pp["n_prompt"].as_u64(), pp["n_gen"].as_u64()),
+        (Some(32), Some(0))
+    );
+    assert_eq!(
+        (tg["n_prompt"].as_u64(), tg["n_gen"].as_u64()),
+        (Some(0), Some(8))
+    );
+    let bpt = tg["redlite_weight_bytes_per_token"].as_u64().unwrap();
+    assert_eq!(bpt, expected_bytes_per_token(&m));
+    let gbps = tg["redlite_gbps"].as_f64().unwrap();
+    let want = bpt as f64 * tg["redlite_median_ts"].as_f64().unwrap() / 1e9;
+    assert!(
+        (gbps - want).abs() <= 1e-9 * want.max(1.0),
+        "{gbps} vs {want}"
+    );
+}
+
+#[test]
+fn bench_from_a_random_state_at_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = synth(dir.path(), "q4_k_m", 2, &[]);
+    let tests = bench_json(
+        &m,
+        &[
+            "-p",
+            "0",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "--start-position",
+            "3000",
+            "--fill-state",
+            "random",
+        ],
+    );
+    assert_eq!(tests.len(), 1);
+    assert_eq!(tests[0]["n_depth"], 3000);
+    assert_eq!(tests[0]["n_gen"], 4);
+    assert_eq!(tests[0]["redlite_fill_state"], "random");
+    assert!(tests[0]["avg_ts"].as_f64().unwrap() > 0.0);
+    // The human table names the depth.
+    let (so, _) = ok(&redlite(&[
+        "bench",
+        &m,
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--start-position",
+        "100",
+        "--fill-state",
+        "random",
+    ]));
+    assert!(so.contains("| tg2 @ d100 |"), "{so}");
+}
+
+/// `--no-mmap` (data read into memory) and `--mlock` give the same logits,
+/// bit for bit, as the default memory-mapped load.
+#[test]
+fn no_mmap_and_mlock_give_identical_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = redlite_testkit::fixture("tiny-s-CF2mix.gguf");
+    let toks = dir.path().join("tokens.txt");
+    std::fs::write(&toks, "1 22 333 44 5 66 77 8 9 100").unwrap();
+    let run = |extra: &[&str], name: &str| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "logits",
+            model.to_str().unwrap(),
+            "--tokens-file",
+            toks.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        ok(&redlite(&args));
+        std::fs::read(&out).unwrap()
+    };
+    let mapped = run(&[], "a.npy");
+    let lazy = run(&["--lazy-load"], "b.npy");
+    let read = run(&["--no-mmap"], "c.npy");
+    let locked = run(&["--no-mmap", "--mlock"], "d.npy");
+    assert!(mapped.len() > 1000);
+    assert!(mapped == lazy, "--lazy-load changed the logits");
+    assert!(mapped == read, "--no-mmap changed the logits");
+    assert!(mapped == locked, "--mlock changed the logits");
+}
