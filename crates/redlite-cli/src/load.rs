@@ -22,7 +22,7 @@ pub struct LoadArgs {
     #[arg(long, help_heading = "Loading")]
     pub mlock: bool,
     /// Map the file without reading it in at load: pages come from disk on first use (the
-    /// first prompt pays for them). Ignored with --no-mmap.
+    /// first prompt pays for them).
     #[arg(long, help_heading = "Loading", conflicts_with = "no_mmap")]
     pub lazy_load: bool,
 }
