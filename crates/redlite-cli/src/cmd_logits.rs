@@ -3,11 +3,9 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use redlite_backend::CpuBackend;
-use redlite_model::{Model, Trace};
+use redlite_model::Trace;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,6 +29,8 @@ pub struct Args {
     /// Write named intermediates (attn_norm-3, linear_attn_out-0, ...) as .npy into DIR.
     #[arg(long)]
     dump: Option<PathBuf>,
+    #[command(flatten)]
+    load: crate::load::LoadArgs,
 }
 
 /// Collects intermediates across forward calls, rows appended in order.
@@ -104,8 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tokens.len()
         );
     }
-    let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
-    let model = Model::load_with_backend(&args.model, Arc::new(backend))?;
+    let model = crate::load::load_model(&args.model, args.threads, &args.load)?.model;
     let vocab = model.config().vocab_size;
     let batch = args.batch.unwrap_or(tokens.len()).max(1);
     let mut state = model.new_state();

@@ -2,14 +2,11 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use redlite_backend::CpuBackend;
 use redlite_engine::{generate, GenerateParams, LookupParams, SamplingParams, StopReason};
-use redlite_model::Model;
 use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
 
@@ -71,6 +68,8 @@ pub struct Args {
     /// Longest n-gram matched with --lookup.
     #[arg(long, default_value_t = 4, requires = "lookup")]
     pub lookup_ngram: usize,
+    #[command(flatten)]
+    pub load: crate::load::LoadArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -83,11 +82,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let t_load = Instant::now();
-    let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
-    let threads = backend.threads();
-    let model = Model::load_with_backend(&args.model, Arc::new(backend))
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let loaded = crate::load::load_model(&args.model, args.threads, &args.load)?;
+    let (model, threads) = (loaded.model, loaded.threads);
     let tokenizer = Tokenizer::from_gguf(model.gguf())
         .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
     let (prompt, special) = if args.chat {
@@ -110,9 +106,10 @@ pub fn run(args: Args) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
     eprintln!(
-        "loaded {} in {:.2}s ({} layers, vocab {}, {} threads); prompt: {} tokens",
+        "loaded {} in {:.2}s (resident {}; {} layers, vocab {}, {} threads); prompt: {} tokens",
         args.model.display(),
-        t_load.elapsed().as_secs_f64(),
+        loaded.seconds,
+        loaded.rss_bytes.map_or("?".into(), crate::load::gib),
         model.config().n_layer,
         model.config().vocab_size,
         threads,

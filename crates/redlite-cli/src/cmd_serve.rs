@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use redlite_backend::CpuBackend;
-use redlite_model::Model;
 use redlite_server::{AppState, ServerConfig};
 
 #[derive(clap::Args)]
@@ -72,6 +70,8 @@ pub struct Args {
     /// Most tokens drafted at once with --lookup.
     #[arg(long, default_value_t = 8, requires = "lookup")]
     pub draft_max: usize,
+    #[command(flatten)]
+    pub load: crate::load::LoadArgs,
 }
 
 /// `4GiB`, `512MiB`, `100MB`, `1024`, `0`.
@@ -126,10 +126,8 @@ pub fn run(args: Args) -> Result<()> {
         .try_init();
 
     let t0 = Instant::now();
-    let backend = CpuBackend::new(args.threads).context("starting the thread pool")?;
-    let threads = backend.threads();
-    let model = Model::load_with_backend(&args.model, Arc::new(backend))
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let loaded = crate::load::load_model(&args.model, args.threads, &args.load)?;
+    let (model, threads) = (loaded.model, loaded.threads);
     if args.context > model.config().context_length {
         eprintln!(
             "warning: --context {} is beyond the model's training context of {} tokens",

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod cmd_bench;
 mod cmd_inspect;
 mod cmd_logits;
 mod cmd_run;
@@ -9,6 +10,7 @@ mod cmd_serve;
 mod cmd_setup_pi;
 mod cmd_synth;
 mod cmd_tokenize;
+mod load;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +34,8 @@ enum Command {
     Logits(cmd_logits::Args),
     /// Generate text from a prompt.
     Run(cmd_run::Args),
+    /// Measure prompt processing and generation speed (llama-bench's tests; --json for its JSON).
+    Bench(cmd_bench::Args),
     /// Write a model with random weights (for tests, demos and benchmarks).
     Synth(cmd_synth::Args),
     /// Serve the model over HTTP: OpenAI chat/completions, Anthropic messages, state reuse across turns.
@@ -47,6 +51,7 @@ fn main() {
         Command::Tokenize(a) => cmd_tokenize::run(a),
         Command::Logits(a) => cmd_logits::run(a),
         Command::Run(a) => cmd_run::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
         Command::Synth(a) => cmd_synth::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::SetupPi(a) => cmd_setup_pi::run(a),

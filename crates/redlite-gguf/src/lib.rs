@@ -12,8 +12,8 @@ mod writer;
 
 pub use error::{GgufError, Result};
 pub use reader::{
-    parse_bytes, split_paths, GgufFile, TensorInfo, UnknownTensor, DEFAULT_ALIGNMENT, GGUF_MAGIC,
-    MAX_DIMS,
+    parse_bytes, split_paths, GgufFile, LoadOptions, TensorInfo, UnknownTensor, DEFAULT_ALIGNMENT,
+    GGUF_MAGIC, MAX_DIMS,
 };
 pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};

@@ -7,9 +7,10 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapMut};
 
 use crate::error::{GgufError, Result};
 use crate::types::GgmlType;
@@ -81,6 +82,26 @@ struct Shard {
     map: Mmap,
 }
 
+/// How [`GgufFile::open_with`] brings the tensor data into memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Read every shard into anonymous memory instead of mapping the file
+    /// (llama.cpp's `--no-mmap`): the file's page cache is not shared, and
+    /// nothing is read from disk after the load.
+    pub no_mmap: bool,
+    /// With a mapping: read the whole file in at open time
+    /// (`madvise(MADV_WILLNEED)`, then every page touched in order) so the
+    /// first forward pass does not pay the page faults.
+    pub prefetch: bool,
+    /// Lock the data in RAM (`mlock`), so it is never paged out. A failure
+    /// (typically `RLIMIT_MEMLOCK`) is a warning in
+    /// [`GgufFile::load_warnings`], not an error.
+    pub mlock: bool,
+}
+
+/// Bytes per progress report and per read while loading.
+const LOAD_CHUNK: usize = 16 << 20;
+
 /// An open GGUF model: metadata of the first shard, tensors of all shards.
 pub struct GgufFile {
     path: PathBuf,
@@ -93,6 +114,9 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// Tensors of unknown type ids (not in `tensors`).
     pub unknown_tensors: Vec<UnknownTensor>,
+    /// What [`GgufFile::open_with`] could not do as asked (e.g. `mlock`
+    /// refused), one line each.
+    pub load_warnings: Vec<String>,
     shards: Vec<Shard>,
 }
 
@@ -670,8 +694,76 @@ impl GgufFile {
             tensors,
             tensor_index,
             unknown_tensors,
+            load_warnings: Vec::new(),
             shards,
         }
+    }
+
+    /// [`GgufFile::open`], then bring the data in as `opts` says, calling
+    /// `progress(done, total)` with bytes as it goes.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GgufFile> {
+        let mut f = Self::open(path)?;
+        f.bring_in(opts, progress)?;
+        Ok(f)
+    }
+
+    fn bring_in(&mut self, opts: &LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        let total = self.file_bytes();
+        let mut done = 0u64;
+        progress(0, total);
+        for shard in &mut self.shards {
+            let io = |err| GgufError::Io {
+                path: shard.path.clone(),
+                err,
+            };
+            if opts.no_mmap {
+                // Read the file into page-aligned anonymous memory; the parse
+                // already validated offsets against this same length.
+                let len = shard.map.len();
+                let mut mem = MmapMut::map_anon(len.max(1)).map_err(io)?;
+                let mut file = File::open(&shard.path).map_err(io)?;
+                for chunk in mem[..len].chunks_mut(LOAD_CHUNK) {
+                    file.read_exact(chunk).map_err(io)?;
+                    done += chunk.len() as u64;
+                    progress(done, total);
+                }
+                shard.map = mem.make_read_only().map_err(io)?;
+            } else if opts.prefetch {
+                #[cfg(unix)]
+                if let Err(e) = shard.map.advise(memmap2::Advice::WillNeed) {
+                    self.load_warnings.push(format!(
+                        "{}: madvise(WILLNEED) failed: {e}",
+                        shard.path.display()
+                    ));
+                }
+                let mut acc = 0u8;
+                for chunk in shard.map.chunks(LOAD_CHUNK) {
+                    // One byte per 4 KiB page faults every page in, in order.
+                    for i in (0..chunk.len()).step_by(4096) {
+                        acc ^= std::hint::black_box(chunk[i]);
+                    }
+                    done += chunk.len() as u64;
+                    progress(done, total);
+                }
+                std::hint::black_box(acc);
+            }
+            if opts.mlock {
+                if let Err(e) = shard.map.lock() {
+                    self.load_warnings.push(format!(
+                        "{}: mlock of {:.2} GiB failed ({e}); the weights may be paged out \
+                         (raise the limit with `ulimit -l` or run without --mlock)",
+                        shard.path.display(),
+                        shard.map.len() as f64 / (1u64 << 30) as f64
+                    ));
+                }
+            }
+        }
+        progress(total, total);
+        Ok(())
     }
 
     /// The tensor `name` if its type id is unknown to this build (it is then

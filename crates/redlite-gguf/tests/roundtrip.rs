@@ -293,3 +293,50 @@ fn reads_every_fixture() {
     }
     assert!(n >= 11, "found {n} fixture GGUFs");
 }
+
+/// Every load mode gives the same tensor bytes and metadata; progress ends at
+/// the file size and never goes backwards.
+#[test]
+fn load_options_keep_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2);
+    let mut w = sample_writer();
+    // Larger than one 16 MiB load chunk, so progress reports several steps.
+    let a: Vec<f32> = (0..(5 << 20)).map(|_| rng.gen()).collect();
+    w.add_f32_tensor("a.weight", &[1024, 5 << 10], &a).unwrap();
+    w.add_f32_tensor("b.weight", &[3], &[1.0, 2.0, 3.0])
+        .unwrap();
+    w.write_to_path(&path).unwrap();
+    let plain = GgufFile::open(&path).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    for opts in [
+        LoadOptions::default(),
+        LoadOptions {
+            prefetch: true,
+            ..Default::default()
+        },
+        LoadOptions {
+            no_mmap: true,
+            ..Default::default()
+        },
+        LoadOptions {
+            no_mmap: true,
+            mlock: true,
+            prefetch: true,
+        },
+    ] {
+        let mut seen = Vec::new();
+        let f = GgufFile::open_with(&path, &opts, &mut |d, t| seen.push((d, t))).unwrap();
+        assert_eq!(seen.last(), Some(&(size, size)), "{opts:?}");
+        assert!(seen.windows(2).all(|p| p[0].0 <= p[1].0), "{opts:?}");
+        if opts.no_mmap || opts.prefetch {
+            assert!(seen.len() >= 3, "{opts:?}: {seen:?}");
+        }
+        assert_eq!(f.metadata.len(), plain.metadata.len());
+        for t in &plain.tensors {
+            let (_, bytes) = f.tensor(&t.name).unwrap();
+            assert!(bytes == plain.tensor_data(t), "{opts:?}: {}", t.name);
+        }
+    }
+}

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redlite_backend::{Backend, CpuBackend};
+pub use redlite_gguf::LoadOptions;
 use redlite_gguf::{GgufError, GgufFile};
 
 mod config;
@@ -93,7 +94,26 @@ impl Model {
 
     /// Memory-map and validate a qwen3next GGUF, computing on `backend`.
     pub fn load_with_backend(path: &Path, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
-        let gguf = GgufFile::open(path)?;
+        Self::from_gguf(GgufFile::open(path)?, backend)
+    }
+
+    /// Open a qwen3next GGUF bringing its data in as `opts` says (prefetch
+    /// the mapping, read it into memory instead, `mlock`), calling
+    /// `progress(done, total)` in bytes; what could not be done as asked
+    /// (e.g. `mlock` refused) is in `model.gguf().load_warnings`.
+    pub fn load_with_options(
+        path: &Path,
+        backend: Arc<dyn Backend>,
+        opts: &LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model, ModelError> {
+        Self::from_gguf(GgufFile::open_with(path, opts, progress)?, backend)
+    }
+
+    /// Validate an opened GGUF as a qwen3next model.
+    pub fn from_gguf(gguf: GgufFile, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
+        let path = gguf.path().to_path_buf();
+        let path = path.as_path();
         if let Some(blocks) = mtp_only_blocks(&gguf) {
             return Err(ModelError::MtpOnly {
                 path: path.to_path_buf(),

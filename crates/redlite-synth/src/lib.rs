@@ -11,7 +11,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlite_gguf::{GgmlType, GgufError, GgufWriter, MetaArray, MetaValue};
 
+pub mod full;
 pub mod vocab;
+
+pub use full::{build_full, FullConfig, Mix, Progress, VocabMeta};
 
 /// Shape of a synthetic model (the general form of the Qwen3-Next hyper-parameters).
 #[derive(Clone, Debug)]
@@ -78,7 +81,8 @@ impl SynthConfig {
         }
     }
 
-    pub const PRESETS: &'static [&'static str] = &["tiny"];
+    /// Every preset name (`qwen3-coder-next` is built by [`build_full`]).
+    pub const PRESETS: &'static [&'static str] = &["tiny", "qwen3-coder-next"];
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +91,10 @@ pub enum SynthError {
     UnsupportedType(GgmlType),
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error("vocabulary: {0}")]
+    Vocab(String),
+    #[error("shape: {0}")]
+    Shape(String),
 }
 
 struct Gen {

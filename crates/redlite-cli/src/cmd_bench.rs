@@ -1,0 +1,434 @@
+//! `redlite bench`: prompt-processing and generation speed, as llama-bench
+//! measures them (tests `pp512` and `tg128`, its JSON keys with `--json`),
+//! plus the weight bytes one decoded token reads and the bandwidth that
+//! implies.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use redlite_gguf::GgufFile;
+use redlite_model::{Model, State};
+use serde_json::{json, Value};
+
+use crate::load::{gib, load_model, proc_status_bytes, LoadArgs};
+
+/// How the state is brought to `--start-position`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillState {
+    /// Random KV cache and DeltaNet states of realistic magnitude (instant; the logits are
+    /// meaningless but the cost of each step is that of real decoding at that depth).
+    Random,
+    /// Feed that many random prompt tokens first (real states; takes as long as the prefill).
+    Prefill,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:\n  redlite bench model.gguf\n  \
+    redlite bench model.gguf -p 512 -n 128 -r 5 -t 2 --json > bench.json\n  \
+    redlite bench model.gguf -p 0 -n 64 --start-position 4096 --fill-state random")]
+pub struct Args {
+    /// GGUF model file (for a split model, any of its shards).
+    pub model: PathBuf,
+    /// Prompt tokens of the prompt-processing test (`ppN`); 0 skips it.
+    #[arg(short = 'p', long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens of the generation test (`tgN`), decoded one at a time; 0 skips it.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Repetitions of each test (after one warm-up run).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Worker threads (default: all cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Prompt tokens per forward pass in the prompt-processing test.
+    #[arg(short = 'b', long, default_value_t = 512)]
+    pub batch: usize,
+    /// Run both tests after this many positions of context (llama-bench's depth, `-d`).
+    #[arg(long, default_value_t = 0)]
+    pub start_position: usize,
+    /// How the context of --start-position is made.
+    #[arg(long, value_enum, default_value_t = FillState::Prefill)]
+    pub fill_state: FillState,
+    /// Seed of the random prompt tokens and random states.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print llama-bench's JSON (a list of tests) on stdout and nothing else there.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// Weight bytes one decoded token reads: every tensor of the trunk, except
+/// that of the routed experts only `n_expert_used` of `n_expert` are read and
+/// of the token embeddings one row (all of it again when it doubles as the
+/// output head). MTP blocks beyond the trunk are not read.
+pub fn weight_bytes_per_token(f: &GgufFile, n_layer: usize, n_expert: usize, used: usize) -> u64 {
+    let has_output = f.tensor_info("output.weight").is_some();
+    let mut total = 0u64;
+    for t in &f.tensors {
+        let name = t.name.as_str();
+        if let Some(rest) = name.strip_prefix("blk.") {
+            let il: usize = rest
+                .split('.')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            if il >= n_layer {
+                continue;
+            }
+        }
+        total += if name.ends_with("_exps.weight") && n_expert > 0 {
+            t.n_bytes / n_expert as u64 * used as u64
+        } else if name == "token_embd.weight" {
+            let row = t.n_bytes / t.n_rows().max(1);
+            if has_output {
+                row
+            } else {
+                row + t.n_bytes
+            }
+        } else {
+            t.n_bytes
+        };
+    }
+    total
+}
+
+/// Seeded token ids below `vocab`.
+fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((x >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn prefill(model: &Model, st: &mut State, ids: &[u32], batch: usize) -> Result<Vec<f32>> {
+    let mut last = Vec::new();
+    for chunk in ids.chunks(batch) {
+        last = model.forward(st, chunk, false)?;
+    }
+    Ok(last)
+}
+
+/// Decode `n` tokens greedily from `first`.
+fn decode(model: &Model, st: &mut State, first: u32, n: usize) -> Result<()> {
+    let mut tok = first;
+    for _ in 0..n {
+        let logits = model.forward(st, &[tok], false)?;
+        tok = argmax(&logits);
+    }
+    Ok(())
+}
+
+struct Stats {
+    samples_ns: Vec<u64>,
+    samples_ts: Vec<f64>,
+}
+
+impl Stats {
+    fn new(samples_ns: Vec<u64>, tokens: usize) -> Stats {
+        let samples_ts = samples_ns
+            .iter()
+            .map(|&ns| tokens as f64 * 1e9 / ns.max(1) as f64)
+            .collect();
+        Stats {
+            samples_ns,
+            samples_ts,
+        }
+    }
+    fn mean_sd(v: &[f64]) -> (f64, f64) {
+        let n = v.len() as f64;
+        let m = v.iter().sum::<f64>() / n;
+        let sd = if v.len() > 1 {
+            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        (m, sd)
+    }
+    fn ts(&self) -> (f64, f64) {
+        Self::mean_sd(&self.samples_ts)
+    }
+    fn ns(&self) -> (f64, f64) {
+        let v: Vec<f64> = self.samples_ns.iter().map(|&x| x as f64).collect();
+        Self::mean_sd(&v)
+    }
+    fn median_ts(&self) -> f64 {
+        let mut v = self.samples_ts.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    }
+    fn min_ts(&self) -> f64 {
+        self.samples_ts
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    }
+    fn max_ts(&self) -> f64 {
+        self.samples_ts.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+fn cpu_info() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn human_count(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.2} B", n as f64 / 1e9)
+    } else {
+        format!("{:.2} M", n as f64 / 1e6)
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    if args.prompt_tokens == 0 && args.gen_tokens == 0 {
+        bail!("nothing to measure: both --prompt-tokens and --gen-tokens are 0");
+    }
+    let loaded = load_model(&args.model, args.threads, &args.load)?;
+    let model = &loaded.model;
+    let c = model.config().clone();
+    let f = model.gguf();
+    let model_size: u64 = f.tensors.iter().map(|t| t.n_bytes).sum();
+    let n_params: u64 = f.tensors.iter().map(|t| t.n_elements()).sum();
+    let bytes_per_token = weight_bytes_per_token(f, c.n_layer, c.n_expert, c.n_expert_used);
+    let isa = redlite_quant::isa().name();
+    eprintln!(
+        "loaded {} in {:.2}s (resident {}; {} layers, {} experts top-{}, vocab {}, {} threads, {isa})",
+        args.model.display(),
+        loaded.seconds,
+        loaded.rss_bytes.map_or("?".into(), gib),
+        c.n_layer,
+        c.n_expert,
+        c.n_expert_used,
+        c.vocab_size,
+        loaded.threads
+    );
+
+    // The state the tests start from.
+    let depth = args.start_position;
+    let start = if depth == 0 {
+        model.new_state()
+    } else {
+        match args.fill_state {
+            FillState::Random => State::fill_random(&c, depth, args.seed),
+            FillState::Prefill => {
+                eprintln!("filling {depth} positions of context with a prefill");
+                let mut st = model.new_state();
+                let ids = random_tokens(depth, c.vocab_size, args.seed ^ 0xD3);
+                prefill(model, &mut st, &ids, args.batch)?;
+                st
+            }
+        }
+    };
+
+    let prompt = random_tokens(args.prompt_tokens, c.vocab_size, args.seed);
+    let first = random_tokens(1, c.vocab_size, args.seed ^ 0x7)[0];
+
+    // Warm-up: a short prefill and a few decode steps (caches, thread pool, page faults).
+    {
+        let mut st = start.snapshot();
+        let warm = &prompt[..prompt.len().min(16)];
+        if !warm.is_empty() {
+            prefill(model, &mut st, warm, args.batch)?;
+        }
+        decode(model, &mut st, first, 2)?;
+    }
+
+    let n_runs = args.repeat * ((args.prompt_tokens > 0) as usize + (args.gen_tokens > 0) as usize);
+    let bar = ProgressBar::with_draw_target(Some(n_runs as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("benchmarking {bar:40} {pos}/{len} runs ({msg})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut pp = None;
+    if args.prompt_tokens > 0 {
+        bar.set_message(format!("pp{}", args.prompt_tokens));
+        let mut ns = Vec::new();
+        for _ in 0..args.repeat {
+            let mut st = start.snapshot();
+            let t = Instant::now();
+            prefill(model, &mut st, &prompt, args.batch)?;
+            ns.push(t.elapsed().as_nanos() as u64);
+            bar.inc(1);
+        }
+        pp = Some(Stats::new(ns, args.prompt_tokens));
+    }
+    let mut tg = None;
+    if args.gen_tokens > 0 {
+        bar.set_message(format!("tg{}", args.gen_tokens));
+        let mut ns = Vec::new();
+        for _ in 0..args.repeat {
+            let mut st = start.snapshot();
+            let t = Instant::now();
+            decode(model, &mut st, first, args.gen_tokens)?;
+            ns.push(t.elapsed().as_nanos() as u64);
+            bar.inc(1);
+        }
+        tg = Some(Stats::new(ns, args.gen_tokens));
+    }
+    bar.finish_and_clear();
+    let peak_rss = proc_status_bytes("VmHWM");
+
+    let filename = args.model.display().to_string();
+    let model_type = f
+        .get_str("general.name")
+        .ok()
+        .flatten()
+        .unwrap_or("qwen3next")
+        .to_string();
+    let fill = if depth == 0 {
+        "none"
+    } else {
+        match args.fill_state {
+            FillState::Random => "random",
+            FillState::Prefill => "prefill",
+        }
+    };
+    let test = |s: &Stats, n_prompt: usize, n_gen: usize| -> Value {
+        let (avg_ts, sd_ts) = s.ts();
+        let (avg_ns, sd_ns) = s.ns();
+        let decode = n_gen > 0;
+        json!({
+            "cpu_info": cpu_info(),
+            "backends": "CPU",
+            "model_filename": filename,
+            "model_type": model_type,
+            "model_size": model_size,
+            "model_n_params": n_params,
+            "n_batch": args.batch,
+            "n_ubatch": args.batch,
+            "n_threads": loaded.threads,
+            "n_gpu_layers": 0,
+            "type_k": "f32",
+            "type_v": "f32",
+            "use_mmap": !args.load.no_mmap,
+            "n_prompt": n_prompt,
+            "n_gen": n_gen,
+            "n_depth": depth,
+            "avg_ns": avg_ns.round() as u64,
+            "stddev_ns": sd_ns.round() as u64,
+            "avg_ts": avg_ts,
+            "stddev_ts": sd_ts,
+            "samples_ns": s.samples_ns,
+            "samples_ts": s.samples_ts,
+            "redlite_median_ts": s.median_ts(),
+            "redlite_min_ts": s.min_ts(),
+            "redlite_max_ts": s.max_ts(),
+            "redlite_weight_bytes_per_token": if decode { json!(bytes_per_token) } else { Value::Null },
+            "redlite_gbps": if decode { json!(bytes_per_token as f64 * s.median_ts() / 1e9) } else { Value::Null },
+            "redlite_peak_rss_bytes": peak_rss,
+            "redlite_load_seconds": loaded.seconds,
+            "redlite_rss_after_load_bytes": loaded.rss_bytes,
+            "redlite_isa": isa,
+            "redlite_fill_state": fill,
+        })
+    };
+    let mut tests = Vec::new();
+    if let Some(s) = &pp {
+        tests.push(("pp", args.prompt_tokens, s, test(s, args.prompt_tokens, 0)));
+    }
+    if let Some(s) = &tg {
+        tests.push(("tg", args.gen_tokens, s, test(s, 0, args.gen_tokens)));
+    }
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        let list: Vec<&Value> = tests.iter().map(|t| &t.3).collect();
+        let text = serde_json::to_string_pretty(&list).context("encoding the JSON")?;
+        writeln!(out, "{text}").context("writing to stdout")?;
+        return Ok(());
+    }
+    let name = args
+        .model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| filename.clone());
+    let mut lines = vec![
+        "| model | size | params | backend | threads | test | t/s | median | min | max |"
+            .to_string(),
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |".to_string(),
+    ];
+    for (kind, n, s, _) in &tests {
+        let (avg, sd) = s.ts();
+        let at = if depth > 0 {
+            format!(" @ d{depth}")
+        } else {
+            String::new()
+        };
+        lines.push(format!(
+            "| {name} | {} | {} | CPU ({isa}) | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
+            gib(model_size),
+            human_count(n_params),
+            loaded.threads,
+            s.median_ts(),
+            s.min_ts(),
+            s.max_ts()
+        ));
+    }
+    lines.push(String::new());
+    let tg_line = match &tg {
+        Some(s) => format!(
+            "{:.1} MB weights read per decoded token; {:.2} GB/s at the median generation speed",
+            bytes_per_token as f64 / 1e6,
+            bytes_per_token as f64 * s.median_ts() / 1e9
+        ),
+        None => format!(
+            "{:.1} MB weights read per decoded token",
+            bytes_per_token as f64 / 1e6
+        ),
+    };
+    lines.push(tg_line);
+    lines.push(format!(
+        "load {:.2}s; peak resident memory {}; context {}{}",
+        loaded.seconds,
+        peak_rss.map_or("?".into(), gib),
+        depth,
+        if depth > 0 {
+            format!(" ({fill} state)")
+        } else {
+            String::new()
+        }
+    ));
+    writeln!(out, "{}", lines.join("\n")).context("writing to stdout")?;
+    Ok(())
+}
