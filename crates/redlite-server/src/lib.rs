@@ -252,7 +252,9 @@ pub fn router(app: App) -> Router {
         .merge(api)
         .fallback(misc::not_found)
         .layer(middleware::from_fn_with_state(app.clone(), metrics::count))
-        .layer(middleware::map_response(json_413))
+        .layer(middleware::map_response(move |r: Response| {
+            json_413(r, limit)
+        }))
         .layer(DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(
@@ -267,7 +269,7 @@ pub fn router(app: App) -> Router {
 
 /// The body-limit layer answers in plain text; clients expect the JSON
 /// error shape.
-async fn json_413(r: Response) -> Response {
+async fn json_413(r: Response, limit: usize) -> Response {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE
         && !r
             .headers()
@@ -275,16 +277,9 @@ async fn json_413(r: Response) -> Response {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"))
     {
-        return ApiError::too_large(0).into_response_with_limit();
+        return ApiError::too_large(limit).into_response();
     }
     r
-}
-
-impl ApiError {
-    fn into_response_with_limit(mut self) -> Response {
-        self.message = "the request body is larger than the server's limit".into();
-        self.into_response()
-    }
 }
 
 /// `--api-key`: `Authorization: Bearer <key>` or `x-api-key: <key>`.
