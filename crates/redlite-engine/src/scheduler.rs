@@ -354,19 +354,11 @@ impl Scheduler {
                 Some(t) => t,
                 None => s.sampler.sample(&s.logits),
             };
-            if s.req.stop_at_eog && self.eog.contains(&next) {
-                done.push((i, Outcome::Done(FinishReason::EndOfGeneration(next))));
-                continue;
-            }
-            let logprobs = s.req.logprobs.map(|k| token_logprobs(&s.logits, next, k));
-            s.generated += 1;
-            self.stats.generated_tokens += 1;
-            if !s.sink.send(Event::Token { id: next, logprobs }) {
-                done.push((i, Outcome::Done(FinishReason::Cancelled)));
-                continue;
-            }
-            if s.generated >= s.req.max_tokens {
-                done.push((i, Outcome::Done(FinishReason::Length)));
+            let logits = std::mem::take(&mut s.logits);
+            let emitted = emit(s, next, &logits, &self.eog, &mut self.stats);
+            s.logits = logits;
+            if let Err(end) = emitted {
+                done.push((i, Outcome::Done(end)));
                 continue;
             }
             // Speculation: a sequence with a draft verifies it on its own
@@ -463,6 +455,31 @@ enum Outcome {
     Error(String),
 }
 
+/// Report a chosen token of slot `s` (chosen from `logits`) to its sink.
+/// `Err` says why the request ends here: an end-of-generation token (not
+/// reported), a sink that went away, or the token limit reached.
+fn emit(
+    s: &mut Slot,
+    tok: u32,
+    logits: &[f32],
+    eog: &[u32],
+    stats: &mut SchedulerStats,
+) -> Result<(), FinishReason> {
+    if s.req.stop_at_eog && eog.contains(&tok) {
+        return Err(FinishReason::EndOfGeneration(tok));
+    }
+    let logprobs = s.req.logprobs.map(|k| token_logprobs(logits, tok, k));
+    s.generated += 1;
+    stats.generated_tokens += 1;
+    if !s.sink.send(Event::Token { id: tok, logprobs }) {
+        return Err(FinishReason::Cancelled);
+    }
+    if s.generated >= s.req.max_tokens {
+        return Err(FinishReason::Length);
+    }
+    Ok(())
+}
+
 /// Verify `draft` after `next` for one slot, emit the accepted tokens, roll
 /// the state back to the last of them, and leave the logits (and, after a
 /// rejection, the already chosen replacement) for the next step. Returns an
@@ -493,21 +510,15 @@ fn speculate(
             s.pending = Some(tok);
             break;
         }
-        if s.req.stop_at_eog && eog.contains(&tok) {
-            outcome = Some(Outcome::Done(FinishReason::EndOfGeneration(tok)));
-            break;
+        let emitted = emit(s, tok, row(i), eog, stats);
+        if let Err(FinishReason::EndOfGeneration(_)) = emitted {
+            // Not kept: the state rolls back to before it.
+        } else {
+            fed += 1;
+            s.fed.push(tok);
         }
-        let logprobs = s.req.logprobs.map(|k| token_logprobs(row(i), tok, k));
-        s.generated += 1;
-        stats.generated_tokens += 1;
-        fed += 1;
-        s.fed.push(tok);
-        if !s.sink.send(Event::Token { id: tok, logprobs }) {
-            outcome = Some(Outcome::Done(FinishReason::Cancelled));
-            break;
-        }
-        if s.generated >= s.req.max_tokens {
-            outcome = Some(Outcome::Done(FinishReason::Length));
+        if let Err(end) = emitted {
+            outcome = Some(Outcome::Done(end));
             break;
         }
     }
