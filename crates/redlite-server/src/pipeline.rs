@@ -95,80 +95,6 @@ impl Default for Detok {
     }
 }
 
-/// The chat output pipeline: detokenize → stop strings → tool-call parser.
-pub struct ChatOutput {
-    detok: Detok,
-    stop: StopMatcher,
-    parser: ToolCallParser,
-    /// Deltas the forced prefix produced, sent with the first token's.
-    early: Vec<Delta>,
-}
-
-impl ChatOutput {
-    /// `forced`: text the prompt already wrote for the reply (a forced tool
-    /// call opening for `tool_choice: required` or a named tool); it is fed
-    /// to the parser first so the call it opens is parsed as usual.
-    pub fn new(
-        tools: &[Value],
-        opts: ParserOptions,
-        stops: Vec<String>,
-        forced: &str,
-    ) -> ChatOutput {
-        let mut parser = ToolCallParser::new(tools, opts);
-        let early = if forced.is_empty() {
-            Vec::new()
-        } else {
-            parser.push(forced)
-        };
-        ChatOutput {
-            detok: Detok::new(),
-            stop: StopMatcher::new(stops),
-            parser,
-            early,
-        }
-    }
-
-    /// One generated token; returns the deltas it completes.
-    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Vec<Delta> {
-        let mut deltas = std::mem::take(&mut self.early);
-        let text = self.detok.push(tok, id);
-        if !text.is_empty() {
-            let out = self.stop.push(&text);
-            if !out.is_empty() {
-                deltas.extend(self.parser.push(&out));
-            }
-        }
-        deltas
-    }
-
-    /// The stop string that matched (generation should stop).
-    pub fn matched(&self) -> Option<&str> {
-        self.stop.matched.as_deref()
-    }
-
-    /// End of generation: flush everything; returns the last deltas.
-    pub fn finish(&mut self) -> Vec<Delta> {
-        let mut deltas = std::mem::take(&mut self.early);
-        let rest = self.detok.finish();
-        if !rest.is_empty() {
-            let out = self.stop.push(&rest);
-            if !out.is_empty() {
-                deltas.extend(self.parser.push(&out));
-            }
-        }
-        let held = self.stop.finish();
-        if !held.is_empty() {
-            deltas.extend(self.parser.push(&held));
-        }
-        deltas.extend(self.parser.finish());
-        deltas
-    }
-
-    pub fn message(&self) -> &redlite_tokenizer::toolcall::ParsedMessage {
-        self.parser.message()
-    }
-}
-
 /// The plain-text pipeline of `/v1/completions`: detokenize → stop strings.
 pub struct TextOutput {
     detok: Detok,
@@ -201,6 +127,68 @@ impl TextOutput {
         let mut out = self.stop.push(&rest);
         out.push_str(&self.stop.finish());
         out
+    }
+}
+
+/// The chat output pipeline: the text pipeline, then the tool-call parser.
+pub struct ChatOutput {
+    text: TextOutput,
+    parser: ToolCallParser,
+    /// Deltas the forced prefix produced, sent with the first token's.
+    early: Vec<Delta>,
+}
+
+impl ChatOutput {
+    /// `forced`: text the prompt already wrote for the reply (a forced tool
+    /// call opening for `tool_choice: required` or a named tool); it is fed
+    /// to the parser first so the call it opens is parsed as usual.
+    pub fn new(
+        tools: &[Value],
+        opts: ParserOptions,
+        stops: Vec<String>,
+        forced: &str,
+    ) -> ChatOutput {
+        let mut parser = ToolCallParser::new(tools, opts);
+        let early = if forced.is_empty() {
+            Vec::new()
+        } else {
+            parser.push(forced)
+        };
+        ChatOutput {
+            text: TextOutput::new(stops),
+            parser,
+            early,
+        }
+    }
+
+    /// One generated token; returns the deltas it completes.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Vec<Delta> {
+        let mut deltas = std::mem::take(&mut self.early);
+        let out = self.text.push(tok, id);
+        if !out.is_empty() {
+            deltas.extend(self.parser.push(&out));
+        }
+        deltas
+    }
+
+    /// The stop string that matched (generation should stop).
+    pub fn matched(&self) -> Option<&str> {
+        self.text.matched()
+    }
+
+    /// End of generation: flush everything; returns the last deltas.
+    pub fn finish(&mut self) -> Vec<Delta> {
+        let mut deltas = std::mem::take(&mut self.early);
+        let rest = self.text.finish();
+        if !rest.is_empty() {
+            deltas.extend(self.parser.push(&rest));
+        }
+        deltas.extend(self.parser.finish());
+        deltas
+    }
+
+    pub fn message(&self) -> &redlite_tokenizer::toolcall::ParsedMessage {
+        self.parser.message()
     }
 }
 
