@@ -3,21 +3,9 @@
 //! `tokenize` against the fixture encodings.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn redlite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlite"))
-        .args(args)
-        .output()
-        .expect("run redlite")
-}
-
-fn ok(out: &Output) -> (String, String) {
-    let so = String::from_utf8_lossy(&out.stdout).into_owned();
-    let se = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "failed:\nstdout: {so}\nstderr: {se}");
-    (so, se)
-}
+mod common;
+use common::{ok, redlite};
 
 #[test]
 fn synth_then_run_generates_text() {

@@ -3,21 +3,10 @@
 //! sane over hundreds of decode steps; `redlite bench` on them.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn redlite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redlite"))
-        .args(args)
-        .output()
-        .expect("run redlite")
-}
-
-fn ok(out: &Output) -> (String, String) {
-    let so = String::from_utf8_lossy(&out.stdout).into_owned();
-    let se = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "failed:\nstdout: {so}\nstderr: {se}");
-    (so, se)
-}
+mod common;
+use common::{ok, redlite};
 
 /// Write a 4-layer qwen3-coder-next model with `experts` experts in `mix`.
 fn synth(dir: &Path, mix: &str, experts: usize, extra: &[&str]) -> String {
