@@ -23,6 +23,7 @@ pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
 pub mod mxfp4;
+pub mod q16;
 pub mod util;
 
 /// Dequantize `n` whole blocks: `data.len() == n * type_size`,

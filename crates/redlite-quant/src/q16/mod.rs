@@ -1,0 +1,796 @@
+//! Integer kernels: 16-bit activations against unpacked integer weights.
+//!
+//! The fast path of the matrix products. Every kernel has one shape:
+//!
+//! 1. **unpack** a 256-value super-block of weights into [`Unpacked`]: 256
+//!    `i16` integer weights with the type's integer sub-block scales already
+//!    multiplied in, eight f32 scales (one per 32 values) and, for types with
+//!    a minimum, eight f32 offsets;
+//! 2. **widen / integer dot** against the activations, quantized once per
+//!    token to [`Q16Act`]: per 256 values one f32 scale and 256 `i16` in
+//!    `±16383` (15 bits, about 128 times finer than llama.cpp's 8-bit
+//!    activations), plus the integer sum of every 32;
+//! 3. **scale**: `dot = dx · (Σ_j s_j · Σ_{i∈j} w_i q_i − Σ_j m_j · Σ_{i∈j} q_i)`.
+//!
+//! Only step 1 is per type (a scalar reference and an AVX2 twin, tested
+//! bit-for-bit against each other); steps 2 and 3 are one driver per
+//! instruction level (scalar, AVX2, AVX-512, AVX-512 VNNI), so the types do
+//! not repeat each other's loops. Integer sums cannot overflow: `|w| ≤ 4096`
+//! (the largest is Q6_K's `127 · 32`) and `|q| ≤ 16383`, so one 32-bit lane
+//! accumulating the 16 products it sees per super-block stays below `2^31`.
+//!
+//! The weight arithmetic is exact (integers, then the same f32 scales as the
+//! dequantizer); the only new rounding is the activations' 15 bits.
+
+use crate::util::{f16_at, u16_at};
+use crate::GgmlType;
+
+/// Values per super-block (and per activation scale).
+pub const QK: usize = 256;
+/// Largest activation magnitude after quantization.
+pub const XMAX: f32 = 16383.0;
+
+/// One super-block of weights made ready for the integer dot.
+#[repr(C, align(64))]
+#[derive(Clone)]
+pub struct Unpacked {
+    /// Integer weights with integer sub-block scales folded in (`|w| ≤ 4096`).
+    pub w: [i16; QK],
+    /// f32 scale of each 32 values.
+    pub s: [f32; 8],
+    /// f32 offset of each 32 values (weight = `s·w − m`); zero for types without a minimum.
+    pub m: [f32; 8],
+}
+
+impl Default for Unpacked {
+    fn default() -> Self {
+        Unpacked {
+            w: [0; QK],
+            s: [0.0; 8],
+            m: [0.0; 8],
+        }
+    }
+}
+
+/// Activations of one or more vectors quantized for the integer kernels.
+#[derive(Default, Clone)]
+pub struct Q16Act {
+    /// Scale per 256 values.
+    pub d: Vec<f32>,
+    /// Quantized values.
+    pub q: Vec<i16>,
+    /// Integer sum of every 32 quantized values.
+    pub sums: Vec<i32>,
+}
+
+/// A borrowed view of quantized activations (one vector, or a run of blocks).
+#[derive(Clone, Copy)]
+pub struct Q16Ref<'a> {
+    pub d: &'a [f32],
+    pub q: &'a [i16],
+    pub sums: &'a [i32],
+}
+
+impl Q16Act {
+    /// Quantize `x` (length a multiple of 256) into `self`, reusing its
+    /// buffers. Returns `false` when a value is not finite (the caller then
+    /// uses the f32 path).
+    pub fn quantize(&mut self, x: &[f32]) -> bool {
+        assert!(x.len().is_multiple_of(QK), "q16: activation length {}", x.len());
+        let nb = x.len() / QK;
+        self.d.resize(nb, 0.0);
+        self.q.resize(x.len(), 0);
+        self.sums.resize(nb * 8, 0);
+        let mut finite = true;
+        for (b, xs) in x.chunks_exact(QK).enumerate() {
+            let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+            if !amax.is_finite() || xs.iter().any(|v| v.is_nan()) {
+                finite = false;
+            }
+            let (d, id) = if amax > 0.0 && amax.is_finite() {
+                (amax / XMAX, XMAX / amax)
+            } else {
+                (0.0, 0.0)
+            };
+            self.d[b] = d;
+            let qs = &mut self.q[b * QK..(b + 1) * QK];
+            for (q, v) in qs.iter_mut().zip(xs) {
+                // Round half to even, as the SIMD conversion does.
+                *q = (v * id).round_ties_even().clamp(-XMAX, XMAX) as i16;
+            }
+            for j in 0..8 {
+                self.sums[b * 8 + j] = qs[32 * j..32 * (j + 1)].iter().map(|&v| v as i32).sum();
+            }
+        }
+        finite
+    }
+
+    /// The whole buffer as one view.
+    pub fn view(&self) -> Q16Ref<'_> {
+        Q16Ref {
+            d: &self.d,
+            q: &self.q,
+            sums: &self.sums,
+        }
+    }
+
+    /// The view of vector `t` when `self` holds several of `n` values each.
+    pub fn row(&self, t: usize, n: usize) -> Q16Ref<'_> {
+        let nb = n / QK;
+        Q16Ref {
+            d: &self.d[t * nb..(t + 1) * nb],
+            q: &self.q[t * n..(t + 1) * n],
+            sums: &self.sums[t * nb * 8..(t + 1) * nb * 8],
+        }
+    }
+}
+
+/// Unpack one super-block (`bytes` of the type) into `u`.
+pub type UnpackFn = fn(blk: &[u8], u: &mut Unpacked);
+/// Dot of whole super-blocks of weights with quantized activations.
+pub type DotQ16Fn = fn(data: &[u8], x: Q16Ref<'_>) -> f32;
+
+/// The integer kernels of one tensor type.
+#[derive(Clone, Copy)]
+pub struct Q16Kernels {
+    pub ty: GgmlType,
+    /// Bytes of one super-block of 256 values.
+    pub bytes: usize,
+    /// Every `s_j` of a super-block is the same (integer sums run over all 256).
+    pub uniform: bool,
+    /// The type has offsets `m_j`.
+    pub has_min: bool,
+    /// Scalar reference unpacker (the specification).
+    pub unpack_scalar: UnpackFn,
+    /// The fastest unpacker on this CPU (bit-identical to the scalar one).
+    pub unpack: UnpackFn,
+    /// Scalar reference dot.
+    pub dot_scalar: DotQ16Fn,
+    /// The fastest dot on this CPU.
+    pub dot: DotQ16Fn,
+}
+
+/// The scalar dot over unpacked blocks: the reference the SIMD drivers are
+/// tested against (they differ only in the order of f32 additions).
+pub fn dot_unpacked_scalar(
+    data: &[u8],
+    bytes: usize,
+    has_min: bool,
+    unpack: UnpackFn,
+    x: Q16Ref<'_>,
+) -> f32 {
+    let mut u = Unpacked::default();
+    let mut acc = 0f32;
+    for (b, blk) in data.chunks_exact(bytes).enumerate() {
+        unpack(blk, &mut u);
+        let dx = x.d[b];
+        let xq = &x.q[b * QK..(b + 1) * QK];
+        for j in 0..8 {
+            let mut isum = 0i32;
+            for i in 32 * j..32 * (j + 1) {
+                isum += u.w[i] as i32 * xq[i] as i32;
+            }
+            acc += isum as f32 * (u.s[j] * dx);
+            if has_min {
+                acc -= x.sums[b * 8 + j] as f32 * (u.m[j] * dx);
+            }
+        }
+    }
+    acc
+}
+
+// ---------------------------------------------------------------- unpackers
+
+/// Q8_0: eight 34-byte blocks (f16 `d`, 32 × i8).
+pub fn unpack_q8_0(blk: &[u8], u: &mut Unpacked) {
+    for j in 0..8 {
+        let b = &blk[34 * j..34 * (j + 1)];
+        u.s[j] = f16_at(b, 0);
+        u.m[j] = 0.0;
+        for i in 0..32 {
+            u.w[32 * j + i] = b[2 + i] as i8 as i16;
+        }
+    }
+}
+
+/// Q4_K: `w = sc_j · q`, `s = d`, `m_j = dmin · min_j`.
+pub fn unpack_q4_k(b: &[u8], u: &mut Unpacked) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let (sc, m) = crate::kquants::scale_min_k4(&b[4..16]);
+    let qs = &b[16..144];
+    for k in 0..8 {
+        let (j, h) = (k / 2, k % 2);
+        u.s[k] = d;
+        u.m[k] = dmin * m[k] as f32;
+        for l in 0..32 {
+            let q = (qs[32 * j + l] >> (4 * h)) & 0x0F;
+            u.w[32 * k + l] = q as i16 * sc[k] as i16;
+        }
+    }
+}
+
+/// Q5_K: as Q4_K with a fifth bit from `qh`.
+pub fn unpack_q5_k(b: &[u8], u: &mut Unpacked) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let (sc, m) = crate::kquants::scale_min_k4(&b[4..16]);
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for k in 0..8 {
+        let (j, h) = (k / 2, k % 2);
+        u.s[k] = d;
+        u.m[k] = dmin * m[k] as f32;
+        for l in 0..32 {
+            let q = ((qs[32 * j + l] >> (4 * h)) & 0x0F) | (((qh[l] >> k) & 1) << 4);
+            u.w[32 * k + l] = q as i16 * sc[k] as i16;
+        }
+    }
+}
+
+/// Q6_K: `w = sc_g · (q − 32)` with a signed scale per 16, `s = d`.
+pub fn unpack_q6_k(b: &[u8], u: &mut Unpacked) {
+    let ql = &b[0..128];
+    let qh = &b[128..192];
+    let sc = &b[192..208];
+    let d = f16_at(b, 208);
+    for (e, w) in u.w.iter_mut().enumerate() {
+        let j = e / 128;
+        let r = e % 128;
+        let (h, l64) = (r / 64, r % 64);
+        let (s, l) = (r / 32, r % 32);
+        let lo = (ql[64 * j + l64] >> (4 * h)) & 0x0F;
+        let hi = (qh[32 * j + l] >> (2 * s)) & 3;
+        let q = (lo | (hi << 4)) as i16 - 32;
+        *w = q * (sc[e / 16] as i8) as i16;
+    }
+    u.s = [d; 8];
+    u.m = [0.0; 8];
+}
+
+/// IQ2_XS: `w = (2s+1) · ±grid`, `s = d / 8` (the dequantizer's
+/// `d · (0.5 + s) · 0.25 · grid`).
+pub fn unpack_iq2_xs(b: &[u8], u: &mut Unpacked) {
+    use crate::iq_tables::{iq2xs_grid, ksigns_iq2xs};
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let scb = b[66 + ib];
+        for l in 0..4 {
+            let sc = 2 * ((scb >> (4 * (l / 2))) & 0x0f) as i16 + 1;
+            let q = u16_at(b, 2 + 2 * (4 * ib + l));
+            let g = iq2xs_grid[(q & 511) as usize];
+            let signs = ksigns_iq2xs[(q >> 9) as usize];
+            for j in 0..8 {
+                let v = (g >> (8 * j)) as u8 as i16;
+                let v = if signs & (1 << j) != 0 { -v } else { v };
+                u.w[32 * ib + 8 * l + j] = sc * v;
+            }
+        }
+    }
+    u.s = [d * 0.125; 8];
+    u.m = [0.0; 8];
+}
+
+/// IQ1_M: `w = (2s+1) · (8·grid ± 1)`, `s = d / 8` (the dequantizer's
+/// `d · (2s+1) · (grid ± 1/8)`).
+pub fn unpack_iq1_m(b: &[u8], u: &mut Unpacked) {
+    use crate::iq_tables::iq1s_grid;
+    let sc = [u16_at(b, 48), u16_at(b, 50), u16_at(b, 52), u16_at(b, 54)];
+    let dbits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    let d = half::f16::from_bits(dbits).to_f32();
+    for ib in 0..8 {
+        for l in 0..4 {
+            let k = 4 * ib + l;
+            let s = 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3 * (l / 2))) & 7) as i16 + 1;
+            let nib = b[32 + k / 2] >> (4 * (k % 2));
+            let idx = b[k] as usize | (((nib & 7) as usize) << 8);
+            let g = iq1s_grid[idx & 2047];
+            let delta: i16 = if nib & 8 != 0 { -1 } else { 1 };
+            for j in 0..8 {
+                let v = (g >> (8 * j)) as u8 as i8 as i16;
+                u.w[8 * k + j] = s * (8 * v + delta);
+            }
+        }
+    }
+    u.s = [d * 0.125; 8];
+    u.m = [0.0; 8];
+}
+
+// ------------------------------------------------------------------ drivers
+
+/// A type's unpackers as a type, so the SIMD drivers are instantiated with
+/// the unpacker inlined.
+pub trait Unpack {
+    const BYTES: usize;
+    const UNIFORM: bool;
+    const MIN: bool;
+    fn scalar(blk: &[u8], u: &mut Unpacked);
+    /// The SIMD unpacker (AVX2); bit-identical to `scalar`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `blk.len() >= BYTES`.
+    unsafe fn avx2(blk: &[u8], u: &mut Unpacked);
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// The body of the AVX-512 driver; inlined into wrappers that enable
+    /// the target features (with or without VNNI).
+    #[inline(always)]
+    unsafe fn body512<U: Unpack, const VNNI: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        let mut u = Unpacked::default();
+        let mut acc = _mm512_setzero_ps();
+        let mut accm = _mm256_setzero_ps();
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
+            let xq = x.q.as_ptr().add(b * QK);
+            let wp = u.w.as_ptr();
+            let dx = *x.d.get_unchecked(b);
+            if U::UNIFORM {
+                let mut is0 = _mm512_setzero_si512();
+                let mut is1 = _mm512_setzero_si512();
+                for j in 0..4 {
+                    let w0 = _mm512_load_si512(wp.add(64 * j) as *const _);
+                    let x0 = _mm512_loadu_si512(xq.add(64 * j) as *const _);
+                    let w1 = _mm512_load_si512(wp.add(64 * j + 32) as *const _);
+                    let x1 = _mm512_loadu_si512(xq.add(64 * j + 32) as *const _);
+                    if VNNI {
+                        is0 = _mm512_dpwssd_epi32(is0, w0, x0);
+                        is1 = _mm512_dpwssd_epi32(is1, w1, x1);
+                    } else {
+                        is0 = _mm512_add_epi32(is0, _mm512_madd_epi16(w0, x0));
+                        is1 = _mm512_add_epi32(is1, _mm512_madd_epi16(w1, x1));
+                    }
+                }
+                let is = _mm512_cvtepi32_ps(_mm512_add_epi32(is0, is1));
+                acc = _mm512_fmadd_ps(is, _mm512_set1_ps(u.s[0] * dx), acc);
+            } else {
+                for j in 0..8 {
+                    let w0 = _mm512_load_si512(wp.add(32 * j) as *const _);
+                    let x0 = _mm512_loadu_si512(xq.add(32 * j) as *const _);
+                    let is = _mm512_madd_epi16(w0, x0);
+                    acc = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(is),
+                        _mm512_set1_ps(u.s[j] * dx),
+                        acc,
+                    );
+                }
+            }
+            if U::MIN {
+                let m = _mm256_mul_ps(_mm256_load_ps(u.m.as_ptr()), _mm256_set1_ps(dx));
+                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                    x.sums.as_ptr().add(8 * b) as *const __m256i
+                ));
+                accm = _mm256_fmadd_ps(m, s, accm);
+            }
+        }
+        let r = _mm512_reduce_add_ps(acc);
+        if U::MIN {
+            r - crate::util::hsum256(accm)
+        } else {
+            r
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_avx512_vnni<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        body512::<U, true>(data, x)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_avx512<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        body512::<U, false>(data, x)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_avx2<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        let mut u = Unpacked::default();
+        let mut acc = _mm256_setzero_ps();
+        let mut accm = _mm256_setzero_ps();
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
+            let xq = x.q.as_ptr().add(b * QK);
+            let wp = u.w.as_ptr();
+            let dx = *x.d.get_unchecked(b);
+            if U::UNIFORM {
+                // Two accumulators: each 32-bit lane sees 16 products.
+                let mut is0 = _mm256_setzero_si256();
+                let mut is1 = _mm256_setzero_si256();
+                for j in 0..8 {
+                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                    is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(w0, x0));
+                    is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(w1, x1));
+                }
+                let is = _mm256_add_ps(_mm256_cvtepi32_ps(is0), _mm256_cvtepi32_ps(is1));
+                acc = _mm256_fmadd_ps(is, _mm256_set1_ps(u.s[0] * dx), acc);
+            } else {
+                for j in 0..8 {
+                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                    let is = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+                    acc = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(is),
+                        _mm256_set1_ps(u.s[j] * dx),
+                        acc,
+                    );
+                }
+            }
+            if U::MIN {
+                let m = _mm256_mul_ps(_mm256_load_ps(u.m.as_ptr()), _mm256_set1_ps(dx));
+                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                    x.sums.as_ptr().add(8 * b) as *const __m256i
+                ));
+                accm = _mm256_fmadd_ps(m, s, accm);
+            }
+        }
+        let r = crate::util::hsum256(acc);
+        if U::MIN {
+            r - crate::util::hsum256(accm)
+        } else {
+            r
+        }
+    }
+}
+
+/// Which SIMD driver this CPU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Q16Level {
+    Scalar,
+    Avx2,
+    Avx512,
+    Avx512Vnni,
+}
+
+/// The driver level for this CPU (honouring `REDLITE_ISA`).
+pub fn level() -> Q16Level {
+    use crate::Isa;
+    match crate::isa() {
+        Isa::Scalar => Q16Level::Scalar,
+        Isa::Avx2 => {
+            if has_f16c() {
+                Q16Level::Avx2
+            } else {
+                Q16Level::Scalar
+            }
+        }
+        Isa::Avx512 => {
+            if !has_f16c() {
+                Q16Level::Scalar
+            } else if has_vnni() {
+                Q16Level::Avx512Vnni
+            } else {
+                Q16Level::Avx512
+            }
+        }
+    }
+}
+
+fn has_f16c() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Generates a type's `Unpack` impl, its scalar dot and its per-level dots.
+macro_rules! q16_type {
+    ($name:ident, $ty:expr, $bytes:expr, $uniform:expr, $min:expr, $scalar:path, $avx2:path) => {
+        pub struct $name;
+        impl Unpack for $name {
+            const BYTES: usize = $bytes;
+            const UNIFORM: bool = $uniform;
+            const MIN: bool = $min;
+            fn scalar(blk: &[u8], u: &mut Unpacked) {
+                $scalar(blk, u)
+            }
+            unsafe fn avx2(blk: &[u8], u: &mut Unpacked) {
+                $avx2(blk, u)
+            }
+        }
+        impl $name {
+            pub fn dot_scalar(data: &[u8], x: Q16Ref<'_>) -> f32 {
+                dot_unpacked_scalar(data, $bytes, $min, $scalar, x)
+            }
+            pub fn unpack_fast(blk: &[u8], u: &mut Unpacked) {
+                if level() == Q16Level::Scalar {
+                    return $scalar(blk, u);
+                }
+                assert!(blk.len() >= $bytes);
+                // SAFETY: level() is above Scalar only when the CPU has AVX2,
+                // FMA and F16C; the block length was checked.
+                unsafe { $avx2(blk, u) }
+            }
+            pub fn dot_level(level: Q16Level) -> DotQ16Fn {
+                match level {
+                    Q16Level::Scalar => Self::dot_scalar,
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx2 => |data, x| {
+                        check_sizes(data, $bytes, x);
+                        // SAFETY: selected only when the CPU has AVX2, FMA
+                        // and F16C; sizes checked above.
+                        unsafe { x86::dot_avx2::<$name>(data, x) }
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx512 => |data, x| {
+                        check_sizes(data, $bytes, x);
+                        // SAFETY: selected only when the CPU has AVX-512
+                        // F/BW/VL, AVX2, FMA and F16C; sizes checked above.
+                        unsafe { x86::dot_avx512::<$name>(data, x) }
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx512Vnni => |data, x| {
+                        check_sizes(data, $bytes, x);
+                        // SAFETY: as above, with AVX-512 VNNI detected.
+                        unsafe { x86::dot_avx512_vnni::<$name>(data, x) }
+                    },
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => Self::dot_scalar,
+                }
+            }
+        }
+    };
+}
+
+#[inline(always)]
+fn check_sizes(data: &[u8], bytes: usize, x: Q16Ref<'_>) {
+    let nb = data.len() / bytes;
+    assert!(
+        data.len() == nb * bytes && x.d.len() >= nb && x.q.len() >= nb * QK && x.sums.len() >= nb * 8,
+        "q16 dot: {} weight bytes against {} activations",
+        data.len(),
+        x.q.len()
+    );
+}
+
+q16_type!(Q80, GgmlType::Q8_0, 272, false, false, unpack_q8_0, simd::unpack_q8_0);
+q16_type!(Q4K, GgmlType::Q4_K, 144, true, true, unpack_q4_k, simd::unpack_q4_k);
+q16_type!(Q5K, GgmlType::Q5_K, 176, true, true, unpack_q5_k, simd::unpack_q5_k);
+q16_type!(Q6K, GgmlType::Q6_K, 210, true, false, unpack_q6_k, simd::unpack_q6_k);
+q16_type!(IQ2XS, GgmlType::IQ2_XS, 74, true, false, unpack_iq2_xs, simd::unpack_iq2_xs);
+q16_type!(IQ1M, GgmlType::IQ1_M, 56, true, false, unpack_iq1_m, simd::unpack_iq1_m);
+
+macro_rules! table {
+    ($($name:ident => $ty:expr, $bytes:expr, $uniform:expr, $min:expr, $scalar:path;)*) => {
+        /// Integer kernels of `ty` at driver level `level`, or `None` when
+        /// the type has none (the caller uses the f32 path).
+        pub fn kernels_at(ty: GgmlType, level: Q16Level) -> Option<Q16Kernels> {
+            $(
+                if ty == $ty {
+                    return Some(Q16Kernels {
+                        ty,
+                        bytes: $bytes,
+                        uniform: $uniform,
+                        has_min: $min,
+                        unpack_scalar: $scalar,
+                        unpack: if level == Q16Level::Scalar { $scalar } else { $name::unpack_fast },
+                        dot_scalar: $name::dot_scalar,
+                        dot: $name::dot_level(level),
+                    });
+                }
+            )*
+            None
+        }
+    };
+}
+
+table! {
+    Q80 => GgmlType::Q8_0, 272, false, false, unpack_q8_0;
+    Q4K => GgmlType::Q4_K, 144, true, true, unpack_q4_k;
+    Q5K => GgmlType::Q5_K, 176, true, true, unpack_q5_k;
+    Q6K => GgmlType::Q6_K, 210, true, false, unpack_q6_k;
+    IQ2XS => GgmlType::IQ2_XS, 74, true, false, unpack_iq2_xs;
+    IQ1M => GgmlType::IQ1_M, 56, true, false, unpack_iq1_m;
+}
+
+/// Integer kernels of `ty` at this CPU's level.
+pub fn kernels(ty: GgmlType) -> Option<Q16Kernels> {
+    kernels_at(ty, level())
+}
+
+/// SIMD unpackers (AVX2; the AVX-512 drivers call them too). Each is
+/// bit-identical to its scalar twin above.
+pub(crate) mod simd {
+    pub use super::simd_iq::{unpack_iq1_m, unpack_iq2_xs};
+    pub use super::simd_k::{unpack_q4_k, unpack_q5_k, unpack_q6_k, unpack_q8_0};
+}
+mod simd_iq;
+mod simd_k;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    /// Random blocks with sane f16 scales (exponent kept small).
+    fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+        let mut r = rng(seed);
+        let ts = ty.type_size();
+        let per = QK / ty.block_size();
+        let mut v: Vec<u8> = (0..n * per * ts).map(|_| r() as u8).collect();
+        // Every f16 at a scale position: a small positive or negative value.
+        let f16s: &[usize] = match ty {
+            GgmlType::Q8_0 => &[0],
+            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            GgmlType::IQ2_XS => &[0],
+            _ => &[],
+        };
+        for blk in v.chunks_exact_mut(ts) {
+            for &o in f16s {
+                let val = ((r() % 2000) as f32 / 1000.0 - 1.0) * 0.01;
+                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(val).to_bits().to_le_bytes());
+            }
+            if ty == GgmlType::IQ1_M {
+                // Scale f16 lives in the top nibbles of the scale words.
+                let bits = half::f16::from_f32(0.003 + (r() % 100) as f32 * 1e-4).to_bits();
+                for (i, o) in [48usize, 50, 52, 54].iter().enumerate() {
+                    let w = u16::from_le_bytes([blk[*o], blk[o + 1]]);
+                    let w = (w & 0x0fff) | (((bits >> (4 * i)) & 0xf) << 12);
+                    blk[*o..o + 2].copy_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+        v
+    }
+
+    const TYPES: [GgmlType; 6] = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ1_M,
+    ];
+
+    /// The scalar unpacker reproduces the scalar dequantizer: `s·w − m`
+    /// equals the dequantized weight up to f32 rounding.
+    #[test]
+    fn unpack_matches_dequantizer() {
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            let k = kernels_at(ty, Q16Level::Scalar).expect("kernels");
+            let data = random_blocks(ty, 4, 11 + i as u64);
+            let want = crate::dequantize_to_vec(ty, &data).expect("dequantize");
+            let mut u = Unpacked::default();
+            for (b, blk) in data.chunks_exact(k.bytes).enumerate() {
+                (k.unpack_scalar)(blk, &mut u);
+                assert!(u.w.iter().all(|w| w.unsigned_abs() <= 4096), "{ty}: |w| > 4096");
+                for e in 0..QK {
+                    let got = u.s[e / 32] * u.w[e] as f32 - u.m[e / 32];
+                    let w = want[b * QK + e];
+                    assert!(
+                        (got - w).abs() <= 1e-6 * w.abs().max(1e-3),
+                        "{ty} block {b} value {e}: unpacked {got} vs dequantized {w}"
+                    );
+                }
+                if k.uniform {
+                    assert!(u.s.iter().all(|s| s == &u.s[0]), "{ty}: non-uniform scales");
+                }
+            }
+        }
+    }
+
+    /// The fast unpacker is bit-identical to the scalar one.
+    #[test]
+    fn fast_unpack_matches_scalar() {
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            let k = kernels(ty).expect("kernels");
+            let data = random_blocks(ty, 16, 21 + i as u64);
+            let (mut a, mut b) = (Unpacked::default(), Unpacked::default());
+            for blk in data.chunks_exact(k.bytes) {
+                (k.unpack_scalar)(blk, &mut a);
+                (k.unpack)(blk, &mut b);
+                assert_eq!(a.w, b.w, "{ty}: weights");
+                assert_eq!(a.s.map(f32::to_bits), b.s.map(f32::to_bits), "{ty}: scales");
+                assert_eq!(a.m.map(f32::to_bits), b.m.map(f32::to_bits), "{ty}: offsets");
+            }
+        }
+    }
+
+    fn random_x(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = rng(seed);
+        (0..n)
+            .map(|i| {
+                let v = (r() % 20001) as f32 / 10000.0 - 1.0;
+                // A few outliers, as real hidden states have.
+                if i % 97 == 0 {
+                    v * 40.0
+                } else {
+                    v
+                }
+            })
+            .collect()
+    }
+
+    /// Every driver level this CPU has agrees with the scalar dot, and the
+    /// integer dot is within 15-bit rounding of the f32 dot.
+    #[test]
+    fn drivers_match_scalar_and_f32() {
+        let levels = [
+            Q16Level::Scalar,
+            Q16Level::Avx2,
+            Q16Level::Avx512,
+            Q16Level::Avx512Vnni,
+        ];
+        let top = level();
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            for nb in [1usize, 2, 3, 8] {
+                let data = random_blocks(ty, nb, 31 + i as u64 * 7 + nb as u64);
+                let x = random_x(nb * QK, 5 + nb as u64);
+                let mut a = Q16Act::default();
+                assert!(a.quantize(&x));
+                let w = crate::dequantize_to_vec(ty, &data).expect("dequantize");
+                let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                let scale: f64 = w.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                let want = kernels_at(ty, Q16Level::Scalar).expect("k").dot_scalar;
+                let want = want(&data, a.view());
+                assert!(
+                    ((want as f64) - exact).abs() <= 2e-4 * scale,
+                    "{ty} {nb} blocks: q16 {want} vs exact {exact} (scale {scale})"
+                );
+                for lv in levels {
+                    if lv > top {
+                        continue;
+                    }
+                    let got = (kernels_at(ty, lv).expect("k").dot)(&data, a.view());
+                    assert!(
+                        ((got - want) as f64).abs() <= 1e-5 * scale + 1e-30,
+                        "{ty} {lv:?} {nb} blocks: {got} vs scalar {want}"
+                    );
+                }
+            }
+        }
+    }
+
+
+    #[test]
+    fn quantize_handles_zero_and_non_finite() {
+        let mut a = Q16Act::default();
+        assert!(a.quantize(&[0.0; 256]));
+        assert_eq!(a.d[0], 0.0);
+        assert!(a.q.iter().all(|&q| q == 0));
+        let mut x = vec![1.0f32; 256];
+        x[3] = f32::NAN;
+        assert!(!a.quantize(&x));
+        x[3] = f32::INFINITY;
+        assert!(!a.quantize(&x));
+        x[3] = -2.0;
+        assert!(a.quantize(&x));
+        assert_eq!(a.q[3], -16383);
+        assert_eq!(a.q[0], 8192);
+        assert_eq!(a.sums[0], 31 * 8192 - 16383);
+    }
+}
