@@ -8,8 +8,10 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
+use redlite_quant::q16::{Q16Act, Q16Kernels};
+
 use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_t};
-use crate::{AttnShape, Backend, DeltaInputs, QMat};
+use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat};
 
 /// Rows of a weight tile dequantized at once in the batched product.
 const ROW_TILE: usize = 16;
@@ -23,10 +25,38 @@ pub const DELTA_CHUNK: usize = 64;
 const ATT_QB: usize = 32;
 const ATT_KB: usize = 256;
 
+/// How the CPU backend feeds activations to the quantized matrix products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activations {
+    /// 16-bit integer activations (one scale per 256 values) against
+    /// integer weights where the type has integer kernels: the default.
+    Int16,
+    /// f32 activations against dequantized weights everywhere: the
+    /// reference path (exact math on the stored weights).
+    F32,
+}
+
+impl Activations {
+    /// The default: `Int16`, unless `REDLITE_F32_ACT=1` is set.
+    pub fn from_env() -> Activations {
+        match std::env::var("REDLITE_F32_ACT").ok().as_deref() {
+            Some("1") | Some("true") => Activations::F32,
+            _ => Activations::Int16,
+        }
+    }
+}
+
 /// CPU backend on its own rayon pool.
 pub struct CpuBackend {
     pool: ThreadPool,
     threads: usize,
+    act: Activations,
+}
+
+thread_local! {
+    /// Quantized activations of the calling thread's current product,
+    /// reused so decode does not allocate.
+    static XQ: std::cell::RefCell<Q16Act> = std::cell::RefCell::new(Q16Act::default());
 }
 
 impl CpuBackend {
@@ -38,7 +68,21 @@ impl CpuBackend {
         }
         let pool = b.build()?;
         let threads = pool.current_num_threads();
-        Ok(CpuBackend { pool, threads })
+        Ok(CpuBackend {
+            pool,
+            threads,
+            act: Activations::from_env(),
+        })
+    }
+
+    /// Choose how activations are fed to the matrix products.
+    pub fn with_activations(mut self, act: Activations) -> CpuBackend {
+        self.act = act;
+        self
+    }
+
+    pub fn activations(&self) -> Activations {
+        self.act
     }
 
     pub fn threads(&self) -> usize {
@@ -138,6 +182,131 @@ fn matmul_rows_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
             }
         });
     transpose_into(&yt, n_out, n_tok, y);
+}
+
+/// The product with 16-bit integer activations, every output computed as
+/// at batch 1 (`y[t]` depends only on `x[t]`). Returns `false`, writing
+/// nothing, when an activation is not finite (the caller then takes the
+/// f32 path, which propagates it as the reference does).
+fn matmul_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f32]) -> bool {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    assert_eq!(x.len(), n_tok * n_in, "matmul: activation size");
+    assert_eq!(y.len(), n_tok * n_out, "matmul: output size");
+    if n_tok == 0 || n_out == 0 {
+        return true;
+    }
+    XQ.with(|cell| {
+        let mut a = cell.borrow_mut();
+        if !a.quantize(x) {
+            return false;
+        }
+        let a = &*a;
+        if n_tok == 1 {
+            let xv = a.view();
+            y.par_chunks_mut(ROW_TILE).enumerate().for_each(|(ci, ys)| {
+                for (r, yo) in ys.iter_mut().enumerate() {
+                    *yo = (k.dot)(w.row(ci * ROW_TILE + r), xv);
+                }
+            });
+            return true;
+        }
+        let mut yt = vec![0f32; n_out * n_tok];
+        yt.par_chunks_mut(ROW_TILE * n_tok)
+            .enumerate()
+            .for_each(|(ci, ys)| {
+                for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
+                    let row = w.row(ci * ROW_TILE + r);
+                    for (t, yo) in yr.iter_mut().enumerate() {
+                        *yo = (k.dot)(row, a.row(t, n_in));
+                    }
+                }
+            });
+        transpose_into(&yt, n_out, n_tok, y);
+        true
+    })
+}
+
+thread_local! {
+    /// Quantized inputs of a `matmul_multi` call, one per distinct input.
+    static XQ_MULTI: std::cell::RefCell<Vec<Q16Act>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows per task of a multi-product region.
+const MULTI_TILE: usize = 32;
+
+/// Every job's products in one parallel region over (job, row tile) pairs,
+/// each input quantized once. Jobs without integer kernels, or with a
+/// non-finite input, go through `matmul_rows_impl` first.
+fn matmul_multi_q16(jobs: &mut [MatJob<'_, '_>]) {
+    XQ_MULTI.with(|cell| {
+        let mut acts = cell.borrow_mut();
+        // Input index of each job (jobs sharing an input slice share it).
+        let mut inputs: Vec<(*const f32, usize)> = Vec::with_capacity(jobs.len());
+        let mut which: Vec<Option<usize>> = Vec::with_capacity(jobs.len());
+        for j in jobs.iter_mut() {
+            if j.w.q16().is_none() {
+                matmul_rows_impl(&j.w, j.x, j.n_tok, j.y);
+                which.push(None);
+                continue;
+            }
+            let key = (j.x.as_ptr(), j.x.len());
+            let idx = match inputs.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    inputs.push(key);
+                    if acts.len() < inputs.len() {
+                        acts.push(Q16Act::default());
+                    }
+                    let i = inputs.len() - 1;
+                    if !acts[i].quantize(j.x) {
+                        // Not finite: this input takes the f32 path.
+                        inputs[i] = (std::ptr::null(), usize::MAX);
+                    }
+                    i
+                }
+            };
+            if inputs[idx].1 == usize::MAX {
+                matmul_rows_impl(&j.w, j.x, j.n_tok, j.y);
+                which.push(None);
+            } else {
+                which.push(Some(idx));
+            }
+        }
+        // One-token jobs: tiles of output rows, written in place. Jobs of
+        // several tokens: one product each (outputs are token-major).
+        let acts = &*acts;
+        let mut tiles: Vec<(QMat<'_>, &Q16Kernels, usize, usize, &mut [f32])> = Vec::new();
+        for (j, w) in jobs.iter_mut().zip(&which) {
+            let (Some(a), Some(k)) = (*w, j.w.q16()) else {
+                continue;
+            };
+            if j.n_tok != 1 {
+                let (w, y, n_tok, n_in) = (j.w, &mut *j.y, j.n_tok, j.w.n_in);
+                let mut yt = vec![0f32; w.n_out * n_tok];
+                yt.par_chunks_mut(ROW_TILE * n_tok)
+                    .enumerate()
+                    .for_each(|(ci, ys)| {
+                        for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
+                            let row = w.row(ci * ROW_TILE + r);
+                            for (t, yo) in yr.iter_mut().enumerate() {
+                                *yo = (k.dot)(row, acts[a].row(t, n_in));
+                            }
+                        }
+                    });
+                transpose_into(&yt, w.n_out, n_tok, y);
+                continue;
+            }
+            for (ci, ys) in j.y.chunks_mut(MULTI_TILE).enumerate() {
+                tiles.push((j.w, k, a, ci * MULTI_TILE, ys));
+            }
+        }
+        tiles.par_iter_mut().for_each(|(w, k, a, r0, ys)| {
+            let xv = acts[*a].view();
+            for (r, yo) in ys.iter_mut().enumerate() {
+                *yo = (k.dot)(w.row(*r0 + r), xv);
+            }
+        });
+    })
 }
 
 /// RMSNorm of one row (sum of squares in f64).
@@ -392,15 +561,52 @@ fn attn_block(
 
 impl Backend for CpuBackend {
     fn name(&self) -> String {
-        format!("cpu ({} threads)", self.threads)
+        let act = match self.act {
+            Activations::Int16 => "int16 activations",
+            Activations::F32 => "f32 activations",
+        };
+        format!("cpu ({} threads, {act})", self.threads)
     }
 
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
-        self.pool.install(|| matmul_impl(w, x, n_tok, y))
+        self.pool.install(|| {
+            if let (Activations::Int16, Some(k)) = (self.act, w.q16()) {
+                if n_tok < SMALL_BATCH && matmul_q16(w, k, x, n_tok, y) {
+                    return;
+                }
+            }
+            matmul_impl(w, x, n_tok, y)
+        })
     }
 
     fn matmul_rows(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
-        self.pool.install(|| matmul_rows_impl(w, x, n_tok, y))
+        self.pool.install(|| {
+            if let (Activations::Int16, Some(k)) = (self.act, w.q16()) {
+                if matmul_q16(w, k, x, n_tok, y) {
+                    return;
+                }
+            }
+            matmul_rows_impl(w, x, n_tok, y)
+        })
+    }
+
+    fn matmul_multi(&self, jobs: &mut [MatJob<'_, '_>]) {
+        for j in jobs.iter() {
+            assert_eq!(
+                j.x.len(),
+                j.n_tok * j.w.n_in,
+                "matmul_multi: activation size"
+            );
+            assert_eq!(j.y.len(), j.n_tok * j.w.n_out, "matmul_multi: output size");
+        }
+        self.pool.install(|| match self.act {
+            Activations::Int16 => matmul_multi_q16(jobs),
+            Activations::F32 => {
+                for j in jobs.iter_mut() {
+                    matmul_rows_impl(&j.w, j.x, j.n_tok, j.y);
+                }
+            }
+        })
     }
 
     fn rms_norm(&self, x: &mut [f32], dim: usize, w: Option<&[f32]>, eps: f32) {

@@ -14,7 +14,7 @@ use redlite_quant::{DequantFn, DotFn};
 pub mod cpu;
 pub mod simd;
 
-pub use cpu::CpuBackend;
+pub use cpu::{Activations, CpuBackend};
 
 /// Errors of the backend (only shape/type problems a caller can cause).
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +41,8 @@ pub struct QMat<'a> {
     row_bytes: usize,
     dot: DotFn,
     dequant: DequantFn,
+    /// Integer-activation kernels, when the type has them and rows are whole super-blocks.
+    q16: Option<redlite_quant::q16::Q16Kernels>,
 }
 
 impl<'a> QMat<'a> {
@@ -78,6 +80,11 @@ impl<'a> QMat<'a> {
             row_bytes,
             dot,
             dequant: k.dequant,
+            q16: if n_in.is_multiple_of(redlite_quant::q16::QK) {
+                redlite_quant::q16::kernels(ty)
+            } else {
+                None
+            },
         })
     }
 
@@ -94,6 +101,11 @@ impl<'a> QMat<'a> {
     /// `Σ_i W[o][i]·x[i]` with the type's fastest dot kernel.
     pub fn dot_row(&self, o: usize, x: &[f32]) -> f32 {
         (self.dot)(self.row(o), x)
+    }
+
+    /// The integer-activation kernels of this matrix, if it has them.
+    pub fn q16(&self) -> Option<&redlite_quant::q16::Q16Kernels> {
+        self.q16.as_ref()
     }
 
     /// Dequantize row `o` into `out` (`n_in` values).
@@ -134,6 +146,15 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
+/// One product of a [`Backend::matmul_multi`] call: `y = W·x` over `n_tok`
+/// rows, each computed exactly as at batch 1.
+pub struct MatJob<'a, 'b> {
+    pub w: QMat<'a>,
+    pub x: &'b [f32],
+    pub n_tok: usize,
+    pub y: &'b mut [f32],
+}
+
 /// The operations of the forward pass. All buffers are f32, row-major.
 pub trait Backend: Send + Sync {
     fn name(&self) -> String;
@@ -147,6 +168,16 @@ pub trait Backend: Send + Sync {
     /// still read once for all tokens. Batched decode across sequences uses
     /// it, so a sequence's arithmetic does not depend on its batch-mates.
     fn matmul_rows(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]);
+
+    /// Several independent products at once (the routed experts of a
+    /// decode step, projections sharing an input), each exactly as
+    /// [`Backend::matmul_rows`] computes it. A backend may run them as one
+    /// parallel region; jobs whose `x` is the same slice may share work on it.
+    fn matmul_multi(&self, jobs: &mut [MatJob<'_, '_>]) {
+        for j in jobs.iter_mut() {
+            self.matmul_rows(&j.w, j.x, j.n_tok, j.y);
+        }
+    }
 
     /// In place: each row of `dim` values becomes `x / sqrt(mean(x²) + eps) ⊙ w`
     /// (`w = None`: no weight).

@@ -797,29 +797,28 @@ fn moe(
 
     // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
     let mut y = vec![0f32; t * d];
-    for (e, toks) in routes.iter().enumerate() {
-        if toks.is_empty() {
-            continue;
-        }
-        let n = toks.len();
-        let mut xe = vec![0f32; n * d];
-        for (i, &(tt, _)) in toks.iter().enumerate() {
-            xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
-        }
-        let act = swiglu(
-            be,
-            &expert(f, &w.gate, e)?,
-            &expert(f, &w.up, e)?,
-            &xe,
-            n,
-            ex,
-        );
-        let down = linear(be, &expert(f, &w.down, e)?, &act, n, ex);
-        for (i, &(tt, wt)) in toks.iter().enumerate() {
-            let yr = &mut y[tt * d..(tt + 1) * d];
-            yr.iter_mut()
-                .zip(&down[i * d..(i + 1) * d])
-                .for_each(|(a, b)| *a += wt * b);
+    if ex || t < EXPERT_GEMM_MIN {
+        routed_small(model, w, h, t, &routes, &mut y)?;
+    } else {
+        for (e, toks) in routes.iter().enumerate() {
+            if toks.is_empty() {
+                continue;
+            }
+            let n = toks.len();
+            let mut xe = vec![0f32; n * d];
+            for (i, &(tt, _)) in toks.iter().enumerate() {
+                xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
+            }
+            let act = swiglu(
+                be,
+                &expert(f, &w.gate, e)?,
+                &expert(f, &w.up, e)?,
+                &xe,
+                n,
+                ex,
+            );
+            let down = linear(be, &expert(f, &w.down, e)?, &act, n, ex);
+            scatter_add(&mut y, d, toks, &down);
         }
     }
     tr.put("ffn_moe_out", Some(il), t, &y);
@@ -837,6 +836,118 @@ fn moe(
             .for_each(|(a, b)| *a += gate * b);
     }
     Ok(y)
+}
+
+/// Below this many tokens the routed experts run as one multi-product
+/// region per step (decode); from it on, expert by expert (prefill).
+const EXPERT_GEMM_MIN: usize = 4;
+
+/// `y[tt] += wt · down[i]` for every routed token `(tt, wt)` of an expert.
+fn scatter_add(y: &mut [f32], d: usize, toks: &[(usize, f32)], down: &[f32]) {
+    for (i, &(tt, wt)) in toks.iter().enumerate() {
+        y[tt * d..(tt + 1) * d]
+            .iter_mut()
+            .zip(&down[i * d..(i + 1) * d])
+            .for_each(|(a, b)| *a += wt * b);
+    }
+}
+
+/// The routed experts of a few tokens: every selected expert's gate and up
+/// products in one `matmul_multi` region, then every down product in a
+/// second; each computed exactly as at batch 1.
+fn routed_small(
+    model: &Model,
+    w: &MoeW,
+    h: &[f32],
+    t: usize,
+    routes: &[Vec<(usize, f32)>],
+    y: &mut [f32],
+) -> Result<(), ModelError> {
+    use redlite_backend::MatJob;
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let d = model.config.n_embd;
+    let active: Vec<(usize, &[(usize, f32)])> = routes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(e, v)| (e, v.as_slice()))
+        .collect();
+    // Inputs: one token needs no gather (every job shares `h`, which the
+    // backend then quantizes once).
+    let xes: Vec<Vec<f32>> = active
+        .iter()
+        .map(|(_, toks)| {
+            if t == 1 {
+                Vec::new()
+            } else {
+                toks.iter()
+                    .flat_map(|&(tt, _)| h[tt * d..(tt + 1) * d].iter().copied())
+                    .collect()
+            }
+        })
+        .collect();
+    let mats: Vec<_> = active
+        .iter()
+        .map(|&(e, _)| {
+            Ok((
+                expert(f, &w.gate, e)?,
+                expert(f, &w.up, e)?,
+                expert(f, &w.down, e)?,
+            ))
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let ff = mats.first().map(|m| m.0.n_out).unwrap_or(0);
+    let mut gs: Vec<Vec<f32>> = active
+        .iter()
+        .map(|(_, v)| vec![0f32; v.len() * ff])
+        .collect();
+    let mut us = gs.clone();
+    {
+        let mut jobs = Vec::with_capacity(2 * active.len());
+        for (i, (g, u)) in gs.iter_mut().zip(us.iter_mut()).enumerate() {
+            let x: &[f32] = if t == 1 { h } else { &xes[i] };
+            let n_tok = active[i].1.len();
+            jobs.push(MatJob {
+                w: mats[i].0,
+                x,
+                n_tok,
+                y: g,
+            });
+            jobs.push(MatJob {
+                w: mats[i].1,
+                x,
+                n_tok,
+                y: u,
+            });
+        }
+        be.matmul_multi(&mut jobs);
+    }
+    for (g, u) in gs.iter_mut().zip(&us) {
+        g.iter_mut().zip(u).for_each(|(a, b)| *a = silu(*a) * b);
+    }
+    let mut downs: Vec<Vec<f32>> = active
+        .iter()
+        .map(|(_, v)| vec![0f32; v.len() * d])
+        .collect();
+    {
+        let mut jobs: Vec<MatJob<'_, '_>> = downs
+            .iter_mut()
+            .zip(&gs)
+            .enumerate()
+            .map(|(i, (y, g))| MatJob {
+                w: mats[i].2,
+                x: g,
+                n_tok: active[i].1.len(),
+                y,
+            })
+            .collect();
+        be.matmul_multi(&mut jobs);
+    }
+    for ((_, toks), down) in active.iter().zip(&downs) {
+        scatter_add(y, d, toks, down);
+    }
+    Ok(())
 }
 
 /// `silu(G·x) ⊙ (U·x)` over a batch.

@@ -12,6 +12,16 @@ pub fn load(name: &str) -> Model {
     Model::load(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// A fixture model on a CPU backend with the given activation path.
+#[allow(dead_code)]
+pub fn load_with(name: &str, act: redlite_backend::Activations) -> Model {
+    let be = redlite_backend::CpuBackend::new(None)
+        .expect("thread pool")
+        .with_activations(act);
+    Model::load_with_backend(&fixture(name), std::sync::Arc::new(be))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 pub fn prompts() -> serde_json::Value {
     let s = std::fs::read_to_string(fixture("prompts.json")).expect("prompts.json");
     serde_json::from_str(&s).expect("prompts.json parses")

@@ -76,7 +76,11 @@ impl Q16Act {
     /// buffers. Returns `false` when a value is not finite (the caller then
     /// uses the f32 path).
     pub fn quantize(&mut self, x: &[f32]) -> bool {
-        assert!(x.len().is_multiple_of(QK), "q16: activation length {}", x.len());
+        assert!(
+            x.len().is_multiple_of(QK),
+            "q16: activation length {}",
+            x.len()
+        );
         let nb = x.len() / QK;
         self.d.resize(nb, 0.0);
         self.q.resize(x.len(), 0);
@@ -166,10 +170,12 @@ pub fn dot_unpacked_scalar(
         let dx = x.d[b];
         let xq = &x.q[b * QK..(b + 1) * QK];
         for j in 0..8 {
-            let mut isum = 0i32;
-            for i in 32 * j..32 * (j + 1) {
-                isum += u.w[i] as i32 * xq[i] as i32;
-            }
+            let r = 32 * j..32 * (j + 1);
+            let isum: i32 = u.w[r.clone()]
+                .iter()
+                .zip(&xq[r])
+                .map(|(&w, &q)| w as i32 * q as i32)
+                .sum();
             acc += isum as f32 * (u.s[j] * dx);
             if has_min {
                 acc -= x.sums[b * 8 + j] as f32 * (u.m[j] * dx);
@@ -276,7 +282,8 @@ pub fn unpack_iq2_xs(b: &[u8], u: &mut Unpacked) {
 pub fn unpack_iq1_m(b: &[u8], u: &mut Unpacked) {
     use crate::iq_tables::iq1s_grid;
     let sc = [u16_at(b, 48), u16_at(b, 50), u16_at(b, 52), u16_at(b, 54)];
-    let dbits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    let dbits =
+        (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
     let d = half::f16::from_bits(dbits).to_f32();
     for ib in 0..8 {
         for l in 0..4 {
@@ -318,11 +325,14 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     /// The body of the AVX-512 driver; inlined into wrappers that enable
-    /// the target features (with or without VNNI).
+    /// the target features (with or without VNNI). It works on 256-bit
+    /// vectors: the unpackers store 256-bit halves, and a 512-bit load
+    /// spanning two of them would miss store-to-load forwarding; CPUs that
+    /// split 512-bit operations in two lose nothing by it.
     #[inline(always)]
     unsafe fn body512<U: Unpack, const VNNI: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         let mut u = Unpacked::default();
-        let mut acc = _mm512_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); 2];
         let mut accm = _mm256_setzero_ps();
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
@@ -331,32 +341,40 @@ pub(crate) mod x86 {
             let wp = u.w.as_ptr();
             let dx = *x.d.get_unchecked(b);
             if U::UNIFORM {
-                let mut is0 = _mm512_setzero_si512();
-                let mut is1 = _mm512_setzero_si512();
-                for j in 0..4 {
-                    let w0 = _mm512_load_si512(wp.add(64 * j) as *const _);
-                    let x0 = _mm512_loadu_si512(xq.add(64 * j) as *const _);
-                    let w1 = _mm512_load_si512(wp.add(64 * j + 32) as *const _);
-                    let x1 = _mm512_loadu_si512(xq.add(64 * j + 32) as *const _);
-                    if VNNI {
-                        is0 = _mm512_dpwssd_epi32(is0, w0, x0);
-                        is1 = _mm512_dpwssd_epi32(is1, w1, x1);
+                // Four independent integer chains (the dot's latency, not
+                // its throughput, bounds a single chain).
+                let mut is = [_mm256_setzero_si256(); 4];
+                for j in 0..16 {
+                    let w0 = _mm256_load_si256(wp.add(16 * j) as *const _);
+                    let x0 = _mm256_loadu_si256(xq.add(16 * j) as *const _);
+                    is[j % 4] = if VNNI {
+                        _mm256_dpwssd_epi32(is[j % 4], w0, x0)
                     } else {
-                        is0 = _mm512_add_epi32(is0, _mm512_madd_epi16(w0, x0));
-                        is1 = _mm512_add_epi32(is1, _mm512_madd_epi16(w1, x1));
-                    }
+                        _mm256_add_epi32(is[j % 4], _mm256_madd_epi16(w0, x0))
+                    };
                 }
-                let is = _mm512_cvtepi32_ps(_mm512_add_epi32(is0, is1));
-                acc = _mm512_fmadd_ps(is, _mm512_set1_ps(u.s[0] * dx), acc);
+                let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(is[0]), _mm256_cvtepi32_ps(is[1]));
+                let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(is[2]), _mm256_cvtepi32_ps(is[3]));
+                acc[b % 2] = _mm256_fmadd_ps(
+                    _mm256_add_ps(s01, s23),
+                    _mm256_set1_ps(u.s[0] * dx),
+                    acc[b % 2],
+                );
             } else {
                 for j in 0..8 {
-                    let w0 = _mm512_load_si512(wp.add(32 * j) as *const _);
-                    let x0 = _mm512_loadu_si512(xq.add(32 * j) as *const _);
-                    let is = _mm512_madd_epi16(w0, x0);
-                    acc = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(is),
-                        _mm512_set1_ps(u.s[j] * dx),
-                        acc,
+                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                    let is = if VNNI {
+                        _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+                    } else {
+                        _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
+                    };
+                    acc[j % 2] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(is),
+                        _mm256_set1_ps(u.s[j] * dx),
+                        acc[j % 2],
                     );
                 }
             }
@@ -368,7 +386,7 @@ pub(crate) mod x86 {
                 accm = _mm256_fmadd_ps(m, s, accm);
             }
         }
-        let r = _mm512_reduce_add_ps(acc);
+        let r = crate::util::hsum256(_mm256_add_ps(acc[0], acc[1]));
         if U::MIN {
             r - crate::util::hsum256(accm)
         } else {
@@ -418,11 +436,7 @@ pub(crate) mod x86 {
                     let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
                     let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
                     let is = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                    acc = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(is),
-                        _mm256_set1_ps(u.s[j] * dx),
-                        acc,
-                    );
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(u.s[j] * dx), acc);
                 }
             }
             if U::MIN {
@@ -505,9 +519,11 @@ macro_rules! q16_type {
             const BYTES: usize = $bytes;
             const UNIFORM: bool = $uniform;
             const MIN: bool = $min;
+            #[inline(always)]
             fn scalar(blk: &[u8], u: &mut Unpacked) {
                 $scalar(blk, u)
             }
+            #[inline(always)]
             unsafe fn avx2(blk: &[u8], u: &mut Unpacked) {
                 $avx2(blk, u)
             }
@@ -521,9 +537,14 @@ macro_rules! q16_type {
                     return $scalar(blk, u);
                 }
                 assert!(blk.len() >= $bytes);
+                #[cfg(target_arch = "x86_64")]
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn fast(blk: &[u8], u: &mut Unpacked) {
+                    $avx2(blk, u)
+                }
                 // SAFETY: level() is above Scalar only when the CPU has AVX2,
                 // FMA and F16C; the block length was checked.
-                unsafe { $avx2(blk, u) }
+                unsafe { fast(blk, u) }
             }
             pub fn dot_level(level: Q16Level) -> DotQ16Fn {
                 match level {
@@ -560,19 +581,70 @@ macro_rules! q16_type {
 fn check_sizes(data: &[u8], bytes: usize, x: Q16Ref<'_>) {
     let nb = data.len() / bytes;
     assert!(
-        data.len() == nb * bytes && x.d.len() >= nb && x.q.len() >= nb * QK && x.sums.len() >= nb * 8,
+        data.len() == nb * bytes
+            && x.d.len() >= nb
+            && x.q.len() >= nb * QK
+            && x.sums.len() >= nb * 8,
         "q16 dot: {} weight bytes against {} activations",
         data.len(),
         x.q.len()
     );
 }
 
-q16_type!(Q80, GgmlType::Q8_0, 272, false, false, unpack_q8_0, simd::unpack_q8_0);
-q16_type!(Q4K, GgmlType::Q4_K, 144, true, true, unpack_q4_k, simd::unpack_q4_k);
-q16_type!(Q5K, GgmlType::Q5_K, 176, true, true, unpack_q5_k, simd::unpack_q5_k);
-q16_type!(Q6K, GgmlType::Q6_K, 210, true, false, unpack_q6_k, simd::unpack_q6_k);
-q16_type!(IQ2XS, GgmlType::IQ2_XS, 74, true, false, unpack_iq2_xs, simd::unpack_iq2_xs);
-q16_type!(IQ1M, GgmlType::IQ1_M, 56, true, false, unpack_iq1_m, simd::unpack_iq1_m);
+q16_type!(
+    Q80,
+    GgmlType::Q8_0,
+    272,
+    false,
+    false,
+    unpack_q8_0,
+    simd::unpack_q8_0
+);
+q16_type!(
+    Q4K,
+    GgmlType::Q4_K,
+    144,
+    true,
+    true,
+    unpack_q4_k,
+    simd::unpack_q4_k
+);
+q16_type!(
+    Q5K,
+    GgmlType::Q5_K,
+    176,
+    true,
+    true,
+    unpack_q5_k,
+    simd::unpack_q5_k
+);
+q16_type!(
+    Q6K,
+    GgmlType::Q6_K,
+    210,
+    true,
+    false,
+    unpack_q6_k,
+    simd::unpack_q6_k
+);
+q16_type!(
+    IQ2XS,
+    GgmlType::IQ2_XS,
+    74,
+    true,
+    false,
+    unpack_iq2_xs,
+    simd::unpack_iq2_xs
+);
+q16_type!(
+    IQ1M,
+    GgmlType::IQ1_M,
+    56,
+    true,
+    false,
+    unpack_iq1_m,
+    simd::unpack_iq1_m
+);
 
 macro_rules! table {
     ($($name:ident => $ty:expr, $bytes:expr, $uniform:expr, $min:expr, $scalar:path;)*) => {
@@ -626,7 +698,9 @@ mod tests {
     use super::*;
 
     fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         move || {
             s ^= s << 13;
             s ^= s >> 7;
@@ -687,7 +761,10 @@ mod tests {
             let mut u = Unpacked::default();
             for (b, blk) in data.chunks_exact(k.bytes).enumerate() {
                 (k.unpack_scalar)(blk, &mut u);
-                assert!(u.w.iter().all(|w| w.unsigned_abs() <= 4096), "{ty}: |w| > 4096");
+                assert!(
+                    u.w.iter().all(|w| w.unsigned_abs() <= 4096),
+                    "{ty}: |w| > 4096"
+                );
                 for e in 0..QK {
                     let got = u.s[e / 32] * u.w[e] as f32 - u.m[e / 32];
                     let w = want[b * QK + e];
@@ -715,7 +792,11 @@ mod tests {
                 (k.unpack)(blk, &mut b);
                 assert_eq!(a.w, b.w, "{ty}: weights");
                 assert_eq!(a.s.map(f32::to_bits), b.s.map(f32::to_bits), "{ty}: scales");
-                assert_eq!(a.m.map(f32::to_bits), b.m.map(f32::to_bits), "{ty}: offsets");
+                assert_eq!(
+                    a.m.map(f32::to_bits),
+                    b.m.map(f32::to_bits),
+                    "{ty}: offsets"
+                );
             }
         }
     }
@@ -754,7 +835,11 @@ mod tests {
                 assert!(a.quantize(&x));
                 let w = crate::dequantize_to_vec(ty, &data).expect("dequantize");
                 let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-                let scale: f64 = w.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                let scale: f64 = w
+                    .iter()
+                    .zip(&x)
+                    .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                    .sum();
                 let want = kernels_at(ty, Q16Level::Scalar).expect("k").dot_scalar;
                 let want = want(&data, a.view());
                 assert!(
@@ -774,7 +859,6 @@ mod tests {
             }
         }
     }
-
 
     #[test]
     fn quantize_handles_zero_and_non_finite() {
