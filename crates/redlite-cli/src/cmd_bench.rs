@@ -231,8 +231,19 @@ pub fn run(args: Args) -> Result<()> {
     let n_params: u64 = f.tensors.iter().map(|t| t.n_elements()).sum();
     let bytes_per_token = weight_bytes_per_token(f, c.n_layer, c.n_expert, c.n_expert_used);
     let isa = redlite_quant::isa().name();
+    let activations = if args.load.f32_activations
+        || redlite_backend::Activations::from_env() == redlite_backend::Activations::F32
+    {
+        "f32"
+    } else {
+        "int16"
+    };
+    let kernels = format!(
+        "{isa}, {activations} activations ({:?})",
+        redlite_quant::q16::level()
+    );
     eprintln!(
-        "loaded {} in {:.2}s (resident {}; {} layers, {} experts top-{}, vocab {}, {} threads, {isa})",
+        "loaded {} in {:.2}s (resident {}; {} layers, {} experts top-{}, vocab {}, {} threads, {kernels})",
         args.model.display(),
         loaded.seconds,
         loaded.rss_bytes.map_or("?".into(), gib),
@@ -359,6 +370,8 @@ pub fn run(args: Args) -> Result<()> {
             "redlite_load_seconds": loaded.seconds,
             "redlite_rss_after_load_bytes": loaded.rss_bytes,
             "redlite_isa": isa,
+            "redlite_activations": activations,
+            "redlite_q16_level": format!("{:?}", redlite_quant::q16::level()),
             "redlite_fill_state": fill,
         })
     };
@@ -396,7 +409,7 @@ pub fn run(args: Args) -> Result<()> {
             String::new()
         };
         lines.push(format!(
-            "| {name} | {} | {} | CPU ({isa}) | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {} | {} | CPU ({isa}, {activations}) | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
             gib(model_size),
             human_count(n_params),
             loaded.threads,
