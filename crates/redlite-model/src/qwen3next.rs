@@ -308,6 +308,64 @@ fn linear(
     y
 }
 
+/// Several products of the same input `x`. Decode-sized batches (and
+/// exact-row mode) run them as one `matmul_multi` region, with `x`
+/// quantized once; larger batches run [`linear_rows`] one by one.
+fn linear_group(
+    be: &dyn Backend,
+    f: &redlite_gguf::GgufFile,
+    mats: &[&Mat],
+    x: &[f32],
+    t: usize,
+    exact: bool,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    if !(exact || t < EXPERT_GEMM_MIN) {
+        return mats
+            .iter()
+            .map(|m| linear_rows(be, f, m, x, t, exact))
+            .collect();
+    }
+    let parts: Vec<Vec<redlite_backend::QMat<'_>>> =
+        mats.iter().map(|m| qmats(f, m)).collect::<Result<_, _>>()?;
+    let mut outs: Vec<Vec<Vec<f32>>> = parts
+        .iter()
+        .map(|ps| ps.iter().map(|p| vec![0f32; t * p.n_out]).collect())
+        .collect();
+    {
+        let mut jobs = Vec::new();
+        for (ps, os) in parts.iter().zip(outs.iter_mut()) {
+            for (p, y) in ps.iter().zip(os.iter_mut()) {
+                jobs.push(redlite_backend::MatJob {
+                    w: *p,
+                    x,
+                    n_tok: t,
+                    y,
+                });
+            }
+        }
+        be.matmul_multi(&mut jobs);
+    }
+    Ok(mats
+        .iter()
+        .zip(outs)
+        .map(|(m, mut os)| {
+            if os.len() == 1 {
+                return os.pop().unwrap_or_default();
+            }
+            let mut y = vec![0f32; t * m.n_out];
+            let mut col = 0;
+            for yp in &os {
+                let n = yp.len() / t.max(1);
+                for (dst, src) in y.chunks_mut(m.n_out).zip(yp.chunks(n.max(1))) {
+                    dst[col..col + n].copy_from_slice(src);
+                }
+                col += n;
+            }
+            y
+        })
+        .collect())
+}
+
 /// [`linear`] for a matrix that may be stored as runs of rows (the legacy
 /// fused `ssm_in` read in place): each run's outputs go to its columns.
 fn linear_rows(
@@ -548,11 +606,13 @@ fn deltanet(
     let value_dim = c.value_dim();
 
     // Projections: qkv (pre-conv), z (output gate), b/a.
-    let qkv = linear_rows(be, f, &w.qkv, h, t, ex)?;
+    let mut proj = linear_group(be, f, &[&w.qkv, &w.gate, &w.ba], h, t, ex)?.into_iter();
+    let (qkv, z, ba) = match (proj.next(), proj.next(), proj.next()) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => unreachable!("linear_group returns one output per matrix"),
+    };
     tr.put("linear_attn_qkv_mixed", Some(il), t, &qkv);
-    let z = linear_rows(be, f, &w.gate, h, t, ex)?;
     tr.put("z", Some(il), t, &z);
-    let ba = linear(be, &qmat(f, &w.ba)?, h, t, ex);
 
     // β = sigmoid(b), g = ssm_a · softplus(a + dt_bias); ba is grouped per key head.
     let mut beta = vec![0f32; t * hv];
@@ -676,9 +736,11 @@ fn attention(
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
 
     // Query and output gate interleaved per head: [query hd | gate hd].
-    let qg = linear(be, &qmat(f, &w.q)?, h, t, ex);
-    let mut k = linear(be, &qmat(f, &w.k)?, h, t, ex);
-    let v = linear(be, &qmat(f, &w.v)?, h, t, ex);
+    let mut proj = linear_group(be, f, &[&w.q, &w.k, &w.v], h, t, ex)?.into_iter();
+    let (qg, mut k, v) = match (proj.next(), proj.next(), proj.next()) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => unreachable!("linear_group returns one output per matrix"),
+    };
     let mut q = vec![0f32; t * nh * hd];
     let mut gate = vec![0f32; t * nh * hd];
     for (i, blk) in qg.chunks(2 * hd).enumerate() {
@@ -824,7 +886,12 @@ fn moe(
     tr.put("ffn_moe_out", Some(il), t, &y);
 
     // Shared expert with a sigmoid gate per token.
-    let act = swiglu(be, &qmat(f, &w.sh_gate)?, &qmat(f, &w.sh_up)?, h, t, ex);
+    let mut gu = linear_group(be, f, &[&w.sh_gate, &w.sh_up], h, t, ex)?.into_iter();
+    let (mut act, up) = match (gu.next(), gu.next()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => unreachable!("linear_group returns one output per matrix"),
+    };
+    act.iter_mut().zip(&up).for_each(|(a, b)| *a = silu(*a) * b);
     let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t, ex);
     for tt in 0..t {
         let hr = &h[tt * d..(tt + 1) * d];
