@@ -770,6 +770,7 @@ pub(crate) mod simd {
     pub use super::simd_iq::{unpack_iq1_m, unpack_iq2_xs};
     pub use super::simd_k::{unpack_q4_k, unpack_q5_k, unpack_q6_k, unpack_q8_0};
 }
+pub mod gemm;
 mod simd_iq;
 mod simd_k;
 
