@@ -227,6 +227,49 @@ fn matmul_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f3
 }
 
 thread_local! {
+    /// Each worker's unpacked weight tile for the batched integer product.
+    static TILE: std::cell::RefCell<redlite_quant::q16::gemm::Tile> =
+        std::cell::RefCell::new(redlite_quant::q16::gemm::Tile::new());
+}
+
+/// Rows per task of the batched integer product.
+const GEMM_ROWS: usize = 64;
+
+/// The batched product with 16-bit integer activations: each task unpacks
+/// `GEMM_ROWS` weight rows once into its tile and multiplies them with every
+/// token. Returns `false`, writing nothing, when an activation is not finite.
+fn gemm_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f32]) -> bool {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    assert_eq!(x.len(), n_tok * n_in, "matmul: activation size");
+    assert_eq!(y.len(), n_tok * n_out, "matmul: output size");
+    if n_tok == 0 || n_out == 0 {
+        return true;
+    }
+    XQ.with(|cell| {
+        let mut a = cell.borrow_mut();
+        if !a.quantize(x) {
+            return false;
+        }
+        let a = &*a;
+        let rb = w.row_bytes();
+        let mut yt = vec![0f32; n_out * n_tok];
+        yt.par_chunks_mut(GEMM_ROWS * n_tok)
+            .enumerate()
+            .for_each(|(ci, ys)| {
+                let rows = ys.len() / n_tok;
+                let r0 = ci * GEMM_ROWS;
+                TILE.with(|t| {
+                    let mut tile = t.borrow_mut();
+                    tile.unpack(k, &w.data[r0 * rb..(r0 + rows) * rb], rb, rows);
+                    redlite_quant::q16::gemm::gemm_tile(k, &tile, a, n_tok, n_in, ys, n_tok);
+                });
+            });
+        transpose_into(&yt, n_out, n_tok, y);
+        true
+    })
+}
+
+thread_local! {
     /// Quantized inputs of a `matmul_multi` call, one per distinct input.
     static XQ_MULTI: std::cell::RefCell<Vec<Q16Act>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -571,7 +614,11 @@ impl Backend for CpuBackend {
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
         self.pool.install(|| {
             if let (Activations::Int16, Some(k)) = (self.act, w.q16()) {
-                if n_tok < SMALL_BATCH && matmul_q16(w, k, x, n_tok, y) {
+                if n_tok < SMALL_BATCH {
+                    if matmul_q16(w, k, x, n_tok, y) {
+                        return;
+                    }
+                } else if gemm_q16(w, k, x, n_tok, y) {
                     return;
                 }
             }
