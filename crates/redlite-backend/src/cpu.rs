@@ -100,16 +100,18 @@ fn silu(x: f32) -> f32 {
 /// few rows of `y` front to back, instead of one strided pass).
 fn transpose_into(yt: &[f32], n_out: usize, n_tok: usize, y: &mut [f32]) {
     const TB: usize = 8;
-    y.par_chunks_mut(TB * n_out).enumerate().for_each(|(ci, ys)| {
-        let t0 = ci * TB;
-        let nt = ys.len() / n_out;
-        for o in 0..n_out {
-            let src = &yt[o * n_tok + t0..o * n_tok + t0 + nt];
-            for (k, v) in src.iter().enumerate() {
-                ys[k * n_out + o] = *v;
+    y.par_chunks_mut(TB * n_out)
+        .enumerate()
+        .for_each(|(ci, ys)| {
+            let t0 = ci * TB;
+            let nt = ys.len() / n_out;
+            for o in 0..n_out {
+                let src = &yt[o * n_tok + t0..o * n_tok + t0 + nt];
+                for (k, v) in src.iter().enumerate() {
+                    ys[k * n_out + o] = *v;
+                }
             }
-        }
-    });
+        });
 }
 
 fn matmul_impl(w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {

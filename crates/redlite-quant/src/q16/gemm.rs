@@ -148,6 +148,10 @@ impl Tile {
         }
         (self.rows, self.nb, self.ns, self.has_min, self.ty) =
             (rows, nb, ns, k.has_min, Some(k.ty));
+        // The bound is this tile's own: a tile reused for other rows must
+        // not inherit a previous one's (the product's rounding would then
+        // depend on what the worker did before).
+        self.wmax = 0;
         for g in 0..groups {
             for b in 0..nb {
                 // The block of the group's four rows (zeros past the last).
@@ -1012,6 +1016,41 @@ mod tests {
 
     /// The tile's accessors give back what the scalar unpacker wrote, and
     /// padding rows are zero.
+    fn big_wmax(data: &[u8], k: &Q16Kernels) -> bool {
+        let mut t = Tile::new();
+        t.unpack(k, data, data.len() / 2, 2);
+        t.wmax > LONG_WMAX
+    }
+
+    /// A tile reused for small weights after large ones computes exactly
+    /// what a fresh tile does (the overflow bound is not inherited).
+    #[test]
+    fn reused_tile_is_deterministic() {
+        let k6 = super::super::kernels(GgmlType::Q6_K).expect("q6k");
+        let k4 = super::super::kernels(GgmlType::Q4_K).expect("q4k");
+        let big = random_blocks(GgmlType::Q6_K, 4, 91);
+        let small = random_blocks(GgmlType::Q4_K, 4, 92);
+        let x = random_x(2 * QK * 3, 93);
+        let mut a = Q16Act::default();
+        assert!(a.quantize(&x));
+        let rb = small.len() / 2;
+        let mut fresh = Tile::new();
+        fresh.unpack(&k4, &small, rb, 2);
+        let mut want = vec![0f32; 2 * 3];
+        gemm_tile(&k4, &fresh, &a, 3, 2 * QK, &mut want, 3);
+        let mut reused = Tile::new();
+        reused.unpack(&k6, &big, big.len() / 2, 2);
+        reused.unpack(&k4, &small, rb, 2);
+        assert!(big_wmax(&big, &k6), "the first tile must need short runs");
+        assert_eq!(reused.wmax, fresh.wmax, "overflow bound inherited");
+        let mut got = vec![0f32; 2 * 3];
+        gemm_tile(&k4, &reused, &a, 3, 2 * QK, &mut got, 3);
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn tile_layout_round_trips() {
         let mut tile = Tile::new();
