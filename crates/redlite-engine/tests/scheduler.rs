@@ -81,6 +81,14 @@ fn model(name: &str) -> Arc<Model> {
     Arc::new(Model::load(&fixture(name)).expect("model"))
 }
 
+/// A fixture on the f32-activation (reference) path.
+fn model_f32(name: &str) -> Arc<Model> {
+    let be = redlite_backend::CpuBackend::new(None)
+        .expect("pool")
+        .with_activations(redlite_backend::Activations::F32);
+    Arc::new(Model::load_with_backend(&fixture(name), Arc::new(be)).expect("model"))
+}
+
 fn prompts() -> serde_json::Value {
     let s = std::fs::read_to_string(fixture("prompts.json")).expect("prompts.json");
     serde_json::from_str(&s).expect("parses")
@@ -168,8 +176,13 @@ fn parallel_requests_match_each_alone() {
 
 #[test]
 fn next_turn_resumes_from_snapshot_with_fresh_logits() {
+    // On the f32 path: resuming differs from a fresh prefill only by where
+    // the prompt's chunks start (f32 rounding). The integer path rounds
+    // activations to 15 bits, which turns such rounding differences into
+    // occasional last-bit flips of a quantized activation: log-probs then
+    // differ by ~1e-3 (still KL ~1e-7), so this exactness check uses f32.
     let p = prompts();
-    let m = model("tiny-s-Q8_0.gguf");
+    let m = model_f32("tiny-s-Q8_0.gguf");
     let mut s = Scheduler::new(m.clone(), vec![], SchedulerConfig::default());
     let turn1 = ids(&p, "code");
     let c1 = Collect::default();
