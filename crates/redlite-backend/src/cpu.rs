@@ -611,6 +611,57 @@ fn attn_block(
     out
 }
 
+/// One query token attending over the cache, for the query heads sharing
+/// KV head `kvh`: each key block is read once for the whole group (the
+/// heads' scores are row dot products, no transposed copy), each value
+/// row once per block for all of them. The same online softmax as
+/// [`attn_block`] (max-subtraction, f64 sums). Returns `[group, head_dim]`.
+fn attn_decode_group(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], kvh: usize) -> Vec<f32> {
+    let hd = s.head_dim;
+    let g = s.n_head / s.n_head_kv;
+    let n_keys = s.pos0 + 1;
+    let stride = s.n_head_kv * hd;
+    let mut out = vec![0f32; g * hd];
+    let mut mx = vec![f32::NEG_INFINITY; g];
+    let mut sum = vec![0f64; g];
+    let mut scores = vec![0f32; g * ATT_KB];
+    let qs: Vec<f32> = q[kvh * g * hd..(kvh + 1) * g * hd]
+        .iter()
+        .map(|x| x * s.scale)
+        .collect();
+    let mut k0 = 0;
+    while k0 < n_keys {
+        let k1 = (k0 + ATT_KB).min(n_keys);
+        let nk = k1 - k0;
+        for j in 0..nk {
+            let kr = &k[(k0 + j) * stride + kvh * hd..][..hd];
+            for h in 0..g {
+                scores[h * ATT_KB + j] = dot(&qs[h * hd..(h + 1) * hd], kr);
+            }
+        }
+        for h in 0..g {
+            let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
+            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let o = &mut out[h * hd..(h + 1) * hd];
+            let m_new = mx[h].max(bmax);
+            if m_new > mx[h] && mx[h] != f32::NEG_INFINITY {
+                let corr = ((mx[h] - m_new) as f64).exp();
+                o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
+                sum[h] *= corr;
+            }
+            mx[h] = m_new;
+            sum[h] += exp_sub_sum(sc, m_new);
+            axpy_rows(o, sc, &v[k0 * stride + kvh * hd..], stride);
+        }
+        k0 = k1;
+    }
+    for h in 0..g {
+        let inv = (1.0 / sum[h]) as f32;
+        out[h * hd..(h + 1) * hd].iter_mut().for_each(|x| *x *= inv);
+    }
+    out
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         let act = match self.act {
@@ -737,6 +788,20 @@ impl Backend for CpuBackend {
             v.len() >= (s.pos0 + t) * s.n_head_kv * hd,
             "attention: value cache size"
         );
+        if t == 1 && nh % s.n_head_kv == 0 {
+            // Decode: one job per KV head and its group of query heads.
+            let g = nh / s.n_head_kv;
+            let groups: Vec<Vec<f32>> = self.pool.install(|| {
+                (0..s.n_head_kv)
+                    .into_par_iter()
+                    .map(|kvh| attn_decode_group(s, q, k, v, kvh))
+                    .collect()
+            });
+            for (kvh, o) in groups.iter().enumerate() {
+                out[kvh * g * hd..(kvh + 1) * g * hd].copy_from_slice(o);
+            }
+            return;
+        }
         let n_qb = t.div_ceil(ATT_QB);
         let jobs: Vec<(usize, usize)> = (0..nh)
             .flat_map(|h| (0..n_qb).map(move |b| (h, b)))
@@ -963,6 +1028,65 @@ mod tests {
                     let got = out[(tt * nh + h) * hd + dd] as f64;
                     assert!((got - e).abs() < 1e-5, "t{tt} h{h} d{dd}: {got} vs {e}");
                 }
+            }
+        }
+    }
+
+    /// The decode kernel (one query token, one job per KV group) against
+    /// the f64 softmax, with 8:2 grouped heads and several key blocks, and
+    /// against the general kernel on the same query.
+    #[test]
+    fn decode_attention_matches_naive_softmax_and_general_path() {
+        let be = backend();
+        let (nh, nkv, hd) = (8, 2, 32);
+        let pos0 = 2 * ATT_KB + 37;
+        let mut r = Rng(17);
+        let q = r.vec(nh * hd);
+        let k: Vec<f32> = r
+            .vec((pos0 + 1) * nkv * hd)
+            .iter()
+            .map(|x| 3.0 * x)
+            .collect();
+        let v = r.vec((pos0 + 1) * nkv * hd);
+        let s = AttnShape {
+            n_tok: 1,
+            pos0,
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.2,
+        };
+        let mut out = vec![0f32; nh * hd];
+        be.attention(&s, &q, &k, &v, &mut out);
+        for h in 0..nh {
+            let kv = h / (nh / nkv);
+            let general = attn_block(&s, &q, &k, &v, h, 0, 1);
+            let qv = &q[h * hd..][..hd];
+            let sc: Vec<f64> = (0..=pos0)
+                .map(|j| {
+                    let kr = &k[(j * nkv + kv) * hd..][..hd];
+                    0.2 * qv
+                        .iter()
+                        .zip(kr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                })
+                .collect();
+            let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+            for dd in 0..hd {
+                let e: f64 = sc
+                    .iter()
+                    .enumerate()
+                    .map(|(j, x)| (x - m).exp() / z * v[(j * nkv + kv) * hd + dd] as f64)
+                    .sum();
+                let got = out[h * hd + dd] as f64;
+                assert!((got - e).abs() < 1e-5, "h{h} d{dd}: {got} vs {e}");
+                assert!(
+                    (got - general[dd] as f64).abs() < 1e-5,
+                    "h{h} d{dd}: decode {got} vs general {}",
+                    general[dd]
+                );
             }
         }
     }
