@@ -10,7 +10,7 @@ use rayon::ThreadPool;
 
 use redlite_quant::q16::{Q16Act, Q16Kernels};
 
-use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_t};
+use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
 use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat};
 
 /// Rows of a weight tile dequantized at once in the batched product.
@@ -633,12 +633,15 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], kvh: usize)
     while k0 < n_keys {
         let k1 = (k0 + ATT_KB).min(n_keys);
         let nk = k1 - k0;
-        for j in 0..nk {
-            let kr = &k[(k0 + j) * stride + kvh * hd..][..hd];
-            for h in 0..g {
-                scores[h * ATT_KB + j] = dot(&qs[h * hd..(h + 1) * hd], kr);
-            }
-        }
+        scores_group(
+            &qs,
+            hd,
+            &k[k0 * stride + kvh * hd..],
+            stride,
+            nk,
+            &mut scores,
+            ATT_KB,
+        );
         for h in 0..g {
             let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
             let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -1033,12 +1036,13 @@ mod tests {
     }
 
     /// The decode kernel (one query token, one job per KV group) against
-    /// the f64 softmax, with 8:2 grouped heads and several key blocks, and
+    /// the f64 softmax, with 16:2 grouped heads and several key blocks, and
     /// against the general kernel on the same query.
     #[test]
     fn decode_attention_matches_naive_softmax_and_general_path() {
         let be = backend();
-        let (nh, nkv, hd) = (8, 2, 32);
+        // 16:2 as Qwen3-Coder-Next: groups of 8 take the SIMD score kernel.
+        let (nh, nkv, hd) = (16, 2, 32);
         let pos0 = 2 * ATT_KB + 37;
         let mut r = Rng(17);
         let q = r.vec(nh * hd);
@@ -1088,6 +1092,22 @@ mod tests {
                     general[dd]
                 );
             }
+        }
+    }
+
+    /// The grouped score kernel against its scalar twin (8 heads through the
+    /// SIMD path plus a remainder of 3 through the scalar one).
+    #[test]
+    fn scores_group_matches_scalar() {
+        let mut r = Rng(23);
+        let (g, hd, n, stride) = (11, 64, 37, 3 * 64);
+        let q = r.vec(g * hd);
+        let k = r.vec(n * stride);
+        let (mut a, mut b) = (vec![0f32; g * 40], vec![0f32; g * 40]);
+        crate::simd::scores_group(&q, hd, &k, stride, n, &mut a, 40);
+        crate::simd::scores_group_scalar(&q, hd, &k, stride, n, &mut b, 40);
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{i}: {x} vs {y}");
         }
     }
 

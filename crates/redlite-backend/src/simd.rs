@@ -93,6 +93,80 @@ pub fn scores_t(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
 }
 
 /// Scalar reference: four dot products of rows `w[r·n .. (r+1)·n]` with `x`.
+/// `out[h·ostride + j] = q_h · k_j` for the `g` query heads in `q`
+/// (`[g, hd]`) and `n` key rows of `hd` values at stride `stride` in `k`
+/// (the scalar twin of [`scores_group`]).
+pub fn scores_group_scalar(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+) {
+    let g = q.len() / hd;
+    for j in 0..n {
+        let kr = &k[j * stride..j * stride + hd];
+        for h in 0..g {
+            out[h * ostride + j] = dot_scalar(&q[h * hd..(h + 1) * hd], kr);
+        }
+    }
+}
+
+/// [`scores_group_scalar`] with AVX2: eight heads at a time share each
+/// load of a key row (one pass over the keys instead of one per head).
+pub fn scores_group(
+    q: &[f32],
+    hd: usize,
+    k: &[f32],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+) {
+    let g = q.len() / hd;
+    assert!(
+        q.len() == g * hd
+            && (n == 0 || k.len() >= (n - 1) * stride + hd)
+            && (g == 0 || out.len() >= (g - 1) * ostride + n),
+        "scores_group: sizes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && hd.is_multiple_of(8) {
+        let full = g / 8 * 8;
+        for h0 in (0..full).step_by(8) {
+            // SAFETY: AVX2 and FMA were detected; the sizes were checked
+            // above (heads h0..h0+8 of q, rows 0..n of k, columns 0..n of
+            // rows h0..h0+8 of out).
+            unsafe {
+                x86::scores8_avx2(
+                    &q[h0 * hd..(h0 + 8) * hd],
+                    hd,
+                    k,
+                    stride,
+                    n,
+                    &mut out[h0 * ostride..],
+                    ostride,
+                )
+            };
+        }
+        if full < g {
+            scores_group_scalar(
+                &q[full * hd..],
+                hd,
+                k,
+                stride,
+                n,
+                &mut out[full * ostride..],
+                ostride,
+            );
+        }
+        return;
+    }
+    scores_group_scalar(q, hd, k, stride, n, out, ostride)
+}
+
 pub fn dot4_scalar(w: &[f32], x: &[f32]) -> [f32; 4] {
     let n = x.len();
     std::array::from_fn(|r| dot_scalar(&w[r * n..(r + 1) * n], x))
@@ -191,6 +265,47 @@ pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f64 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// Scores of eight query heads against `n` key rows.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `q` holds 8 × `hd` values (`hd` a multiple of 8), `k`
+    /// rows `0..n` at `stride`, `out` rows `0..8` of `n` values at `ostride`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scores8_avx2(
+        q: &[f32],
+        hd: usize,
+        k: &[f32],
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        ostride: usize,
+    ) {
+        let (pq, pk, po) = (q.as_ptr(), k.as_ptr(), out.as_mut_ptr());
+        // SAFETY (whole body): the caller checked q holds 8 heads of hd
+        // values, k rows 0..n at `stride` and out rows 0..8 of n columns.
+        for j in 0..n {
+            let kr = pk.add(j * stride);
+            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut c = 0;
+            while c < hd {
+                let kc = _mm256_loadu_ps(kr.add(c));
+                for (h, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(h * hd + c)), kc, *a);
+                }
+                c += 8;
+            }
+            for (h, a) in acc.iter().enumerate() {
+                let hi = _mm256_extractf128_ps(*a, 1);
+                let s4 = _mm_add_ps(hi, _mm256_castps256_ps128(*a));
+                let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+                let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+                *po.add(h * ostride + j) = _mm_cvtss_f32(s1);
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
