@@ -218,3 +218,23 @@ pub fn residency_line(model: &Model) -> String {
 pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("2 KB"), Ok(2000));
+        assert_eq!(parse_size("1gb"), Ok(1_000_000_000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("1e30T").is_err());
+    }
+}
