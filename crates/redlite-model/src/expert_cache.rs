@@ -471,7 +471,7 @@ fn read_slice(shard: &Shard, off: u64, len: usize, dst: &mut [u8]) -> std::io::R
     let span = need.div_ceil(ALIGN) * ALIGN;
     let mut got = 0usize;
     while got < need {
-        if got % ALIGN != 0 {
+        if !got.is_multiple_of(ALIGN) {
             // A short read mid-file left an unaligned position: finish the
             // rest through the page cache.
             shard
