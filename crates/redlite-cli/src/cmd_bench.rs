@@ -98,6 +98,50 @@ pub fn weight_bytes_per_token(f: &GgufFile, n_layer: usize, n_expert: usize, use
     total
 }
 
+/// Zero the expert cache's counters (each test reports its own runs).
+fn reset_cache_stats(model: &Model) {
+    if let Some(c) = model.expert_cache() {
+        c.reset_stats();
+    }
+}
+
+/// The `redlite_expert_cache_*` fields of a test: settings, totals over the
+/// test's runs, and per-layer counters.
+fn cache_json(c: &redlite_model::ExpertCacheStats) -> serde_json::Map<String, Value> {
+    let t = c.total();
+    let layers: Vec<Value> = c
+        .layers
+        .iter()
+        .map(|l| {
+            json!({
+                "hits": l.hits,
+                "misses": l.misses,
+                "bytes_read": l.bytes_read,
+                "evictions": l.evictions,
+                "stall_ns": l.stall.as_nanos() as u64,
+            })
+        })
+        .collect();
+    let v = json!({
+        "redlite_expert_cache_budget_bytes": c.budget,
+        "redlite_expert_cache_entry_bytes": c.entry_bytes,
+        "redlite_expert_cache_direct_io": c.direct_io,
+        "redlite_expert_cache_resident_bytes": c.resident_bytes,
+        "redlite_expert_cache_entries": c.entries,
+        "redlite_expert_cache_hits": t.hits,
+        "redlite_expert_cache_misses": t.misses,
+        "redlite_expert_cache_hit_rate": t.hit_rate(),
+        "redlite_expert_cache_bytes_read": t.bytes_read,
+        "redlite_expert_cache_evictions": t.evictions,
+        "redlite_expert_cache_stall_ns": t.stall.as_nanos() as u64,
+        "redlite_expert_cache_layers": layers,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
 /// Seeded token ids below `vocab`.
 fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
@@ -291,9 +335,11 @@ pub fn run(args: Args) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut pp = None;
+    let (mut pp_cache, mut tg_cache) = (None, None);
     if args.prompt_tokens > 0 {
         bar.set_message(format!("pp{}", args.prompt_tokens));
         let mut ns = Vec::new();
+        reset_cache_stats(model);
         for _ in 0..args.repeat {
             let mut st = start.snapshot();
             let t = Instant::now();
@@ -302,11 +348,13 @@ pub fn run(args: Args) -> Result<()> {
             bar.inc(1);
         }
         pp = Some(Stats::new(ns, args.prompt_tokens));
+        pp_cache = model.expert_cache_stats();
     }
     let mut tg = None;
     if args.gen_tokens > 0 {
         bar.set_message(format!("tg{}", args.gen_tokens));
         let mut ns = Vec::new();
+        reset_cache_stats(model);
         for _ in 0..args.repeat {
             let mut st = start.snapshot();
             let t = Instant::now();
@@ -315,6 +363,7 @@ pub fn run(args: Args) -> Result<()> {
             bar.inc(1);
         }
         tg = Some(Stats::new(ns, args.gen_tokens));
+        tg_cache = model.expert_cache_stats();
     }
     bar.finish_and_clear();
     let peak_rss = proc_status_bytes("VmHWM");
@@ -334,11 +383,15 @@ pub fn run(args: Args) -> Result<()> {
             FillState::Prefill => "prefill",
         }
     };
-    let test = |s: &Stats, n_prompt: usize, n_gen: usize| -> Value {
+    let test = |s: &Stats,
+                n_prompt: usize,
+                n_gen: usize,
+                cache: &Option<redlite_model::ExpertCacheStats>|
+     -> Value {
         let (avg_ts, sd_ts) = s.ts();
         let (avg_ns, sd_ns) = s.ns();
         let decode = n_gen > 0;
-        json!({
+        let mut v = json!({
             "cpu_info": cpu_info(),
             "backends": "CPU",
             "model_filename": filename,
@@ -373,14 +426,28 @@ pub fn run(args: Args) -> Result<()> {
             "redlite_activations": activations,
             "redlite_q16_level": format!("{:?}", redlite_quant::q16::level()),
             "redlite_fill_state": fill,
-        })
+        });
+        if let (Some(obj), Some(c)) = (v.as_object_mut(), cache) {
+            obj.extend(cache_json(c));
+        }
+        v
     };
     let mut tests = Vec::new();
     if let Some(s) = &pp {
-        tests.push(("pp", args.prompt_tokens, s, test(s, args.prompt_tokens, 0)));
+        tests.push((
+            "pp",
+            args.prompt_tokens,
+            s,
+            test(s, args.prompt_tokens, 0, &pp_cache),
+        ));
     }
     if let Some(s) = &tg {
-        tests.push(("tg", args.gen_tokens, s, test(s, 0, args.gen_tokens)));
+        tests.push((
+            "tg",
+            args.gen_tokens,
+            s,
+            test(s, 0, args.gen_tokens, &tg_cache),
+        ));
     }
 
     let stdout = std::io::stdout();
@@ -431,6 +498,26 @@ pub fn run(args: Args) -> Result<()> {
         ),
     };
     lines.push(tg_line);
+    for (kind, n, cache) in [
+        ("pp", args.prompt_tokens, &pp_cache),
+        ("tg", args.gen_tokens, &tg_cache),
+    ] {
+        if let Some(c) = cache {
+            let t = c.total();
+            lines.push(format!(
+                "expert cache {kind}{n} ({} budget, {}): {} hits, {} misses ({:.1}% hit rate), \
+                 {:.1} MB read, {:.3}s waiting on reads over {} runs",
+                crate::load::human_bytes(c.budget),
+                if c.direct_io { "O_DIRECT" } else { "buffered" },
+                t.hits,
+                t.misses,
+                100.0 * t.hit_rate(),
+                t.bytes_read as f64 / 1e6,
+                t.stall.as_secs_f64(),
+                args.repeat
+            ));
+        }
+    }
     lines.push(format!(
         "load {:.2}s; peak resident memory {}; context {}{}",
         loaded.seconds,

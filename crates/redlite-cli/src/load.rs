@@ -31,6 +31,69 @@ pub struct LoadArgs {
     /// exact than llama.cpp's 8-bit activations). Also REDLITE_F32_ACT=1.
     #[arg(long, help_heading = "Kernels")]
     pub f32_activations: bool,
+    /// Stream the routed experts from the GGUF file on demand through a cache of SIZE bytes
+    /// instead of keeping them all in memory (e.g. `4GiB`, `512MiB`, `1.5G`; K/M/G/T and
+    /// KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000). Each layer's missing experts
+    /// are read in parallel; the least recently used are evicted. Only the other tensors are
+    /// read in at load. Outputs are bit-identical to the all-resident model; memory in use
+    /// can exceed SIZE by the experts of one layer in flight. The minimum is one expert
+    /// (gate, up and down): a smaller SIZE is an error that gives it. `0` (the default)
+    /// keeps every expert resident.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0", help_heading = "Loading")]
+    pub expert_cache: u64,
+    /// Read streamed experts with O_DIRECT, bypassing the page cache (so the expert cache
+    /// is the only copy in memory). Falls back to buffered reads, with a warning, where the
+    /// filesystem refuses O_DIRECT (e.g. tmpfs). Only with --expert-cache.
+    #[arg(long, help_heading = "Loading")]
+    pub direct_io: bool,
+}
+
+/// A byte size: a number (fractions allowed) with an optional unit: `K`, `M`,
+/// `G`, `T` and `KiB`..`TiB` are powers of 1024, `KB`..`TB` of 1000, `B` or
+/// none is bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4GiB, 512MiB, 0)"))?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let v = x * mult;
+    if !v.is_finite() || v >= u64::MAX as f64 {
+        return Err(format!("{s:?} is too large"));
+    }
+    Ok(v.round() as u64)
+}
+
+/// `512 MiB` / `1.50 GiB`-style size.
+pub fn human_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} KiB", b / 1024.0)
+    }
 }
 
 impl LoadArgs {
@@ -40,6 +103,14 @@ impl LoadArgs {
             prefetch: !self.lazy_load,
             mlock: self.mlock,
         }
+    }
+
+    /// The expert-cache settings, when `--expert-cache` is not 0.
+    pub fn expert_cache(&self) -> Option<redlite_model::ExpertCacheOptions> {
+        (self.expert_cache > 0).then_some(redlite_model::ExpertCacheOptions {
+            budget: self.expert_cache,
+            direct_io: self.direct_io,
+        })
     }
 }
 
@@ -86,12 +157,28 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
         bar.set_length(total);
         bar.set_position(done);
     };
-    let model = Model::load_with_options(path, Arc::new(backend), &args.options(), &mut progress)
-        .with_context(|| format!("loading {}", path.display()));
+    if args.direct_io && args.expert_cache == 0 {
+        eprintln!("warning: --direct-io only applies to expert reads with --expert-cache; ignored");
+    }
+    let cache = args.expert_cache();
+    let model = Model::load_streaming(
+        path,
+        Arc::new(backend),
+        &args.options(),
+        cache.as_ref(),
+        &mut progress,
+    )
+    .with_context(|| format!("loading {}", path.display()));
     bar.finish_and_clear();
     let model = model?;
     for w in &model.gguf().load_warnings {
         eprintln!("warning: {w}");
+    }
+    if let Some(c) = model.expert_cache() {
+        for w in c.warnings() {
+            eprintln!("warning: {w}");
+        }
+        eprintln!("{}", residency_line(&model));
     }
     Ok(Loaded {
         model,
@@ -101,7 +188,53 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
     })
 }
 
+/// Where the weights live, e.g. `experts: 3.00 GiB streamed from FILE through
+/// a 512.0 MiB cache (O_DIRECT); 0.50 GiB resident`.
+pub fn residency_line(model: &Model) -> String {
+    let r = model.residency();
+    let files: Vec<String> = r.files.iter().map(|p| p.display().to_string()).collect();
+    match r.cache_budget {
+        Some(budget) => format!(
+            "experts: {} streamed from {} through a {} cache ({}); {} resident",
+            human_bytes(r.expert_bytes),
+            files.join(" + "),
+            human_bytes(budget),
+            if r.direct_io {
+                "O_DIRECT"
+            } else {
+                "buffered reads"
+            },
+            human_bytes(r.other_bytes)
+        ),
+        None => format!(
+            "weights: {} resident (experts {})",
+            human_bytes(r.expert_bytes + r.other_bytes),
+            human_bytes(r.expert_bytes)
+        ),
+    }
+}
+
 /// `1.23 GiB`-style binary size.
 pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("2 KB"), Ok(2000));
+        assert_eq!(parse_size("1gb"), Ok(1_000_000_000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("1e30T").is_err());
+    }
 }

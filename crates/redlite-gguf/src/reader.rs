@@ -711,6 +711,80 @@ impl GgufFile {
         Ok(f)
     }
 
+    /// [`GgufFile::open`] with a mapping, bringing in at open time only the
+    /// tensors `keep` accepts (`opts.prefetch`: their pages are touched in
+    /// file order; the others stay on disk until something reads them). Used
+    /// by expert streaming, where the routed experts are read from the file on
+    /// demand and must not be paged in at load. `opts.no_mmap` (which reads
+    /// the whole file) is refused; `opts.mlock` is not applied (a line in
+    /// `load_warnings`), since locking the mapping would page every tensor in.
+    pub fn open_with_only(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        keep: &dyn Fn(&TensorInfo) -> bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GgufFile> {
+        let path = path.as_ref();
+        if opts.no_mmap {
+            return Err(GgufError::Io {
+                path: path.to_path_buf(),
+                err: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "reading the whole file into memory (no_mmap) cannot be combined with \
+                     reading only some tensors in",
+                ),
+            });
+        }
+        let mut f = Self::open(path)?;
+        // Byte ranges to bring in, per shard, sorted and merged.
+        let mut ranges: Vec<Vec<(usize, usize)>> = vec![Vec::new(); f.shards.len()];
+        for t in f.tensors.iter().filter(|t| keep(t)) {
+            ranges[t.shard].push((t.abs_offset as usize, (t.abs_offset + t.n_bytes) as usize));
+        }
+        for r in &mut ranges {
+            r.sort_unstable();
+            let mut merged: Vec<(usize, usize)> = Vec::with_capacity(r.len());
+            for &(a, b) in r.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *r = merged;
+        }
+        let total: u64 = ranges.iter().flatten().map(|&(a, b)| (b - a) as u64).sum();
+        let mut done = 0u64;
+        progress(0, total);
+        if opts.prefetch {
+            for (shard, rs) in f.shards.iter().zip(&ranges) {
+                let mut acc = 0u8;
+                for &(a, b) in rs {
+                    // Bounds were validated against this shard at open time.
+                    let Some(bytes) = shard.map.get(a..b) else {
+                        continue;
+                    };
+                    for chunk in bytes.chunks(LOAD_CHUNK) {
+                        for i in (0..chunk.len()).step_by(4096) {
+                            acc ^= std::hint::black_box(chunk[i]);
+                        }
+                        done += chunk.len() as u64;
+                        progress(done, total);
+                    }
+                }
+                std::hint::black_box(acc);
+            }
+        }
+        if opts.mlock {
+            f.load_warnings.push(format!(
+                "{}: mlock is not applied when only some tensors are brought in (expert \
+                 streaming): locking the mapping would read every tensor in",
+                f.path.display()
+            ));
+        }
+        progress(total, total);
+        Ok(f)
+    }
+
     fn bring_in(&mut self, opts: &LoadOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
         let total = self.file_bytes();
         let mut done = 0u64;

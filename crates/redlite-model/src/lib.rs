@@ -16,11 +16,15 @@ pub use redlite_gguf::LoadOptions;
 use redlite_gguf::{GgufError, GgufFile};
 
 mod config;
+mod expert_cache;
 mod qwen3next;
 mod rope;
 mod weights;
 
 pub use config::Config;
+pub use expert_cache::{
+    ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats, ExpertEntry,
+};
 pub use qwen3next::{State, Trail};
 pub use rope::{RopeScaling, RopeScalingType};
 pub use weights::mtp_only_blocks;
@@ -66,6 +70,11 @@ pub enum ModelError {
     Backend(String),
 }
 
+/// A routed-expert stack (`blk.N.ffn_{gate,up,down,gate_up}_exps.weight`).
+fn is_expert_tensor(name: &str) -> bool {
+    name.starts_with("blk.") && name.ends_with("_exps.weight")
+}
+
 /// Receives named intermediate tensors during a forward pass (llama.cpp
 /// callback names, e.g. `attn_norm-3`): `data` is `[rows, cols]` row-major.
 pub trait Trace {
@@ -83,6 +92,24 @@ pub struct Model {
     #[cfg(test)]
     rope_override: Option<Vec<Vec<(f32, f32)>>>,
     backend: Arc<dyn Backend>,
+    /// The routed experts read on demand, when streaming them.
+    expert_cache: Option<ExpertCache>,
+}
+
+/// Where a model's weights live: resident (mapped and brought in) or
+/// streamed from the file through the expert cache.
+#[derive(Clone, Debug)]
+pub struct Residency {
+    /// Bytes of the routed-expert tensors (streamed when `cache_budget` is set).
+    pub expert_bytes: u64,
+    /// Bytes of every other tensor.
+    pub other_bytes: u64,
+    /// The expert cache's budget, when streaming.
+    pub cache_budget: Option<u64>,
+    /// Whether the streamed reads use `O_DIRECT`.
+    pub direct_io: bool,
+    /// The file(s) the experts are read from.
+    pub files: Vec<PathBuf>,
 }
 
 impl Model {
@@ -110,6 +137,73 @@ impl Model {
         Self::from_gguf(GgufFile::open_with(path, opts, progress)?, backend)
     }
 
+    /// [`Model::load_with_options`], with the routed experts streamed from
+    /// the file through an [`ExpertCache`] when `cache` is given: they are
+    /// not brought in at load (only the other tensors are prefetched), and
+    /// each forward pass reads the experts it selects through the cache.
+    /// Outputs are bit-identical to the all-resident model. `no_mmap` cannot
+    /// be combined with a cache; a budget below one expert is an error that
+    /// gives the minimum.
+    pub fn load_streaming(
+        path: &Path,
+        backend: Arc<dyn Backend>,
+        opts: &LoadOptions,
+        cache: Option<&ExpertCacheOptions>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model, ModelError> {
+        let Some(copts) = cache else {
+            return Self::load_with_options(path, backend, opts, progress);
+        };
+        if opts.no_mmap {
+            return Err(ModelError::Input(format!(
+                "{}: --no-mmap reads the whole file into memory; it cannot be combined with an \
+                 expert cache (which reads the routed experts from the file on demand)",
+                path.display()
+            )));
+        }
+        let keep = |t: &redlite_gguf::TensorInfo| !is_expert_tensor(&t.name);
+        let gguf = GgufFile::open_with_only(path, opts, &keep, progress)?;
+        let mut model = Self::from_gguf(gguf, backend)?;
+        let cache = ExpertCache::new(&model.gguf, &model.weights, model.config.n_expert, copts)?;
+        model.expert_cache = Some(cache);
+        Ok(model)
+    }
+
+    /// The expert cache, when the routed experts are streamed.
+    pub fn expert_cache(&self) -> Option<&ExpertCache> {
+        self.expert_cache.as_ref()
+    }
+
+    /// Hits, misses, bytes read and I/O stall of the expert cache, per layer
+    /// (`None` when every expert is resident).
+    pub fn expert_cache_stats(&self) -> Option<ExpertCacheStats> {
+        self.expert_cache.as_ref().map(|c| c.stats())
+    }
+
+    /// What is resident and what is streamed.
+    pub fn residency(&self) -> Residency {
+        let (mut expert_bytes, mut other_bytes) = (0, 0);
+        for t in &self.gguf.tensors {
+            if is_expert_tensor(&t.name) {
+                expert_bytes += t.n_bytes;
+            } else {
+                other_bytes += t.n_bytes;
+            }
+        }
+        Residency {
+            expert_bytes,
+            other_bytes,
+            cache_budget: self.expert_cache.as_ref().map(|c| c.stats().budget),
+            direct_io: self.expert_cache.as_ref().is_some_and(|c| c.direct_io()),
+            files: self
+                .gguf
+                .shard_paths()
+                .into_iter()
+                .map(Path::to_path_buf)
+                .collect(),
+        }
+    }
+
     /// Validate an opened GGUF as a qwen3next model.
     pub fn from_gguf(gguf: GgufFile, backend: Arc<dyn Backend>) -> Result<Model, ModelError> {
         let path = gguf.path().to_path_buf();
@@ -131,6 +225,7 @@ impl Model {
             #[cfg(test)]
             rope_override: None,
             backend,
+            expert_cache: None,
         })
     }
 

@@ -17,7 +17,7 @@ use redlite_backend::{AttnShape, Backend, DeltaInputs};
 
 use crate::config::Config;
 use crate::rope;
-use crate::weights::{expert, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
+use crate::weights::{expert, expert_from, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
 use crate::{Model, ModelError, Trace};
 
 /// Per-layer state of one sequence.
@@ -860,27 +860,29 @@ fn moe(
     // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
     let mut y = vec![0f32; t * d];
     if ex || t < EXPERT_GEMM_MIN {
-        routed_small(model, w, h, t, &routes, &mut y)?;
+        routed_small(model, w, h, t, &routes, &mut y, il)?;
     } else {
-        for (e, toks) in routes.iter().enumerate() {
-            if toks.is_empty() {
-                continue;
+        // Expert by expert in id order; when streaming, a group of experts
+        // that fits the cache's budget is read (in parallel) at a time.
+        let active: Vec<usize> = (0..ne).filter(|&e| !routes[e].is_empty()).collect();
+        let group = model
+            .expert_cache
+            .as_ref()
+            .map_or(active.len().max(1), |c| c.group_size());
+        for ids in active.chunks(group) {
+            let held = hold(model, il, ids)?;
+            for (i, &e) in ids.iter().enumerate() {
+                let toks = &routes[e];
+                let n = toks.len();
+                let mut xe = vec![0f32; n * d];
+                for (j, &(tt, _)) in toks.iter().enumerate() {
+                    xe[j * d..(j + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
+                }
+                let (gate, up, down) = held.mats(f, w, i, e)?;
+                let act = swiglu(be, &gate, &up, &xe, n, ex);
+                let down = linear(be, &down, &act, n, ex);
+                scatter_add(&mut y, d, toks, &down);
             }
-            let n = toks.len();
-            let mut xe = vec![0f32; n * d];
-            for (i, &(tt, _)) in toks.iter().enumerate() {
-                xe[i * d..(i + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
-            }
-            let act = swiglu(
-                be,
-                &expert(f, &w.gate, e)?,
-                &expert(f, &w.up, e)?,
-                &xe,
-                n,
-                ex,
-            );
-            let down = linear(be, &expert(f, &w.down, e)?, &act, n, ex);
-            scatter_add(&mut y, d, toks, &down);
         }
     }
     tr.put("ffn_moe_out", Some(il), t, &y);
@@ -922,6 +924,7 @@ fn scatter_add(y: &mut [f32], d: usize, toks: &[(usize, f32)], down: &[f32]) {
 /// The routed experts of a few tokens: every selected expert's gate and up
 /// products in one `matmul_multi` region, then every down product in a
 /// second; each computed exactly as at batch 1.
+#[allow(clippy::too_many_arguments)]
 fn routed_small(
     model: &Model,
     w: &MoeW,
@@ -929,6 +932,7 @@ fn routed_small(
     t: usize,
     routes: &[Vec<(usize, f32)>],
     y: &mut [f32],
+    il: usize,
 ) -> Result<(), ModelError> {
     use redlite_backend::MatJob;
     let f = &model.gguf;
@@ -954,15 +958,12 @@ fn routed_small(
             }
         })
         .collect();
-    let mats: Vec<_> = active
+    let ids: Vec<usize> = active.iter().map(|&(e, _)| e).collect();
+    let held = hold(model, il, &ids)?;
+    let mats: Vec<_> = ids
         .iter()
-        .map(|&(e, _)| {
-            Ok((
-                expert(f, &w.gate, e)?,
-                expert(f, &w.up, e)?,
-                expert(f, &w.down, e)?,
-            ))
-        })
+        .enumerate()
+        .map(|(i, &e)| held.mats(f, w, i, e))
         .collect::<Result<_, ModelError>>()?;
     let ff = mats.first().map(|m| m.0.n_out).unwrap_or(0);
     let mut gs: Vec<Vec<f32>> = active
@@ -1015,6 +1016,58 @@ fn routed_small(
         scatter_add(y, d, toks, down);
     }
     Ok(())
+}
+
+/// The routed experts a step uses, held while it computes: views of the
+/// mapping, or entries of the expert cache (which may evict them meanwhile
+/// without freeing them).
+enum Held {
+    Mapped,
+    Cached(Vec<std::sync::Arc<crate::ExpertEntry>>),
+}
+
+/// Hold experts `ids` (distinct) of layer `il`: read through the cache when
+/// streaming (misses in parallel), else nothing to do.
+fn hold(model: &Model, il: usize, ids: &[usize]) -> Result<Held, ModelError> {
+    match &model.expert_cache {
+        None => Ok(Held::Mapped),
+        Some(c) => Ok(Held::Cached(c.get(il, ids)?)),
+    }
+}
+
+type ExpertMats<'a> = (
+    redlite_backend::QMat<'a>,
+    redlite_backend::QMat<'a>,
+    redlite_backend::QMat<'a>,
+);
+
+impl Held {
+    /// Gate, up and down of expert `e`, the `i`-th of those held.
+    fn mats<'a>(
+        &'a self,
+        f: &'a redlite_gguf::GgufFile,
+        w: &'a MoeW,
+        i: usize,
+        e: usize,
+    ) -> Result<ExpertMats<'a>, ModelError> {
+        match self {
+            Held::Mapped => Ok((
+                expert(f, &w.gate, e)?,
+                expert(f, &w.up, e)?,
+                expert(f, &w.down, e)?,
+            )),
+            Held::Cached(v) => {
+                let en = v
+                    .get(i)
+                    .ok_or_else(|| ModelError::Backend(format!("expert {e} not held")))?;
+                Ok((
+                    expert_from(&w.gate, en.gate())?,
+                    expert_from(&w.up, en.up())?,
+                    expert_from(&w.down, en.down())?,
+                ))
+            }
+        }
+    }
 }
 
 /// `silu(G·x) ⊙ (U·x)` over a batch.

@@ -518,6 +518,12 @@ pub(crate) fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<
     QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
 }
 
+/// An expert's matrix of a stack from its bytes held elsewhere (the expert
+/// cache): the same bytes the mapping holds, so the same products.
+pub(crate) fn expert_from<'a>(x: &Experts, bytes: &'a [u8]) -> Result<QMat<'a>, ModelError> {
+    QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,515 @@
+//! Expert streaming: the routed experts read from the GGUF file on demand,
+//! through a cache with a byte budget, instead of all resident.
+//!
+//! An entry is one expert of one layer: its gate, up and down bytes, exactly
+//! as stored in the file, together in one 4096-aligned buffer. Entries are
+//! handed out as `Arc`s, so a forward pass holds the experts it selected while
+//! it computes even if the cache evicts them meanwhile (the memory in use can
+//! exceed the budget by the experts of one layer in flight). Misses are read
+//! with positioned reads (`pread`), one thread per missing expert of a layer,
+//! optionally with `O_DIRECT` (bypassing the page cache: the aligned range
+//! around each slice is read into the aligned buffer and the slice used in
+//! place). Eviction is least-recently-used.
+//!
+//! The bytes are those the mapping would have given, and the kernels are the
+//! same: outputs are bit-identical to the all-resident model.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redlite_gguf::GgufFile;
+
+use crate::weights::{Experts, Weights};
+use crate::ModelError;
+
+/// Alignment of buffers, file offsets and lengths for `O_DIRECT`.
+pub const ALIGN: usize = 4096;
+
+/// Most missing experts of one layer read at the same time.
+const MAX_PARALLEL_READS: usize = 16;
+
+/// How the routed experts are streamed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertCacheOptions {
+    /// Bytes of expert entries the cache keeps (at least one expert's entry:
+    /// [`ExpertCache::min_budget`]).
+    pub budget: u64,
+    /// Read with `O_DIRECT` (no page cache); falls back to buffered reads,
+    /// with a warning, where the filesystem refuses it.
+    pub direct_io: bool,
+}
+
+/// Hits, misses, bytes read and time waited on reads (of one layer or all).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertCacheCounters {
+    /// Expert uses served from the cache.
+    pub hits: u64,
+    /// Expert uses that read the expert from the file.
+    pub misses: u64,
+    /// Expert bytes read from the file (gate + up + down of each miss; with
+    /// `O_DIRECT` the device reads up to a page more around each slice).
+    pub bytes_read: u64,
+    /// Entries dropped to stay within the budget.
+    pub evictions: u64,
+    /// Wall time the forward pass waited on reads (I/O stall).
+    pub stall: Duration,
+}
+
+impl ExpertCacheCounters {
+    fn add(&mut self, o: &ExpertCacheCounters) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.bytes_read += o.bytes_read;
+        self.evictions += o.evictions;
+        self.stall += o.stall;
+    }
+
+    /// Hits over uses (0 when unused).
+    pub fn hit_rate(&self) -> f64 {
+        let uses = self.hits + self.misses;
+        if uses == 0 {
+            0.0
+        } else {
+            self.hits as f64 / uses as f64
+        }
+    }
+}
+
+/// A snapshot of the cache: its settings, what it holds, and its counters per
+/// layer.
+#[derive(Clone, Debug)]
+pub struct ExpertCacheStats {
+    pub budget: u64,
+    /// Bytes of the largest entry (one expert of one layer).
+    pub entry_bytes: u64,
+    /// Bytes of the entries held now.
+    pub resident_bytes: u64,
+    pub entries: usize,
+    /// Whether reads go through `O_DIRECT`.
+    pub direct_io: bool,
+    pub layers: Vec<ExpertCacheCounters>,
+}
+
+impl ExpertCacheStats {
+    /// The counters summed over layers.
+    pub fn total(&self) -> ExpertCacheCounters {
+        let mut t = ExpertCacheCounters::default();
+        for l in &self.layers {
+            t.add(l);
+        }
+        t
+    }
+}
+
+/// One matrix of every expert of a layer in the file.
+#[derive(Clone, Debug)]
+struct Slice {
+    tensor: String,
+    shard: usize,
+    /// Absolute file offset of expert 0's bytes.
+    first: u64,
+    stride: u64,
+    len: usize,
+    n_exp: usize,
+}
+
+impl Slice {
+    /// Bytes reserved for this slice in an entry: enough for the aligned
+    /// range around it wherever it starts.
+    fn section(&self) -> usize {
+        self.len.div_ceil(ALIGN) * ALIGN + ALIGN
+    }
+}
+
+/// Gate, up, down of one layer.
+struct LayerLayout {
+    parts: [Slice; 3],
+    entry_bytes: usize,
+}
+
+/// One expert's gate, up and down bytes in one aligned buffer.
+pub struct ExpertEntry {
+    buf: Vec<u8>,
+    /// `(start, len)` in `buf` of gate, up, down.
+    parts: [(usize, usize); 3],
+    bytes: usize,
+}
+
+impl ExpertEntry {
+    fn part(&self, i: usize) -> &[u8] {
+        let (s, n) = self.parts[i];
+        &self.buf[s..s + n]
+    }
+    pub fn gate(&self) -> &[u8] {
+        self.part(0)
+    }
+    pub fn up(&self) -> &[u8] {
+        self.part(1)
+    }
+    pub fn down(&self) -> &[u8] {
+        self.part(2)
+    }
+    /// Bytes this entry counts against the budget.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+struct Shard {
+    path: PathBuf,
+    buffered: File,
+    /// The same file opened with `O_DIRECT`, when asked for and allowed.
+    direct: Option<File>,
+}
+
+type Key = (usize, usize);
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<Key, (Arc<ExpertEntry>, u64)>,
+    lru: BTreeMap<u64, Key>,
+    tick: u64,
+    used: u64,
+    stats: Vec<ExpertCacheCounters>,
+}
+
+/// The routed-expert cache of a model (see the module docs).
+pub struct ExpertCache {
+    layers: Vec<LayerLayout>,
+    shards: Vec<Shard>,
+    budget: u64,
+    inner: Mutex<Inner>,
+    warnings: Vec<String>,
+}
+
+fn tensor_err(path: &Path, tensor: &str, msg: String) -> ModelError {
+    ModelError::Tensor {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        msg,
+    }
+}
+
+impl ExpertCache {
+    /// A cache over the routed experts of `weights` in `f`. Errors if the
+    /// budget is below one expert's entry (the message gives the minimum) or a
+    /// shard cannot be opened.
+    pub(crate) fn new(
+        f: &GgufFile,
+        weights: &Weights,
+        n_exp: usize,
+        opts: &ExpertCacheOptions,
+    ) -> Result<ExpertCache, ModelError> {
+        let slice = |x: &Experts| -> Result<Slice, ModelError> {
+            let t = &f.tensors[x.tensor];
+            let row = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
+            let len = x.n_out * row;
+            if n_exp == 0 || x.offset + len > x.stride || x.stride * n_exp > t.n_bytes as usize {
+                return Err(tensor_err(
+                    f.path(),
+                    &t.name,
+                    format!(
+                        "expert slices ({len} bytes at {} every {} bytes, {n_exp} experts) do \
+                         not fit the tensor's {} bytes",
+                        x.offset, x.stride, t.n_bytes
+                    ),
+                ));
+            }
+            Ok(Slice {
+                tensor: t.name.clone(),
+                shard: t.shard,
+                first: t.abs_offset + x.offset as u64,
+                stride: x.stride as u64,
+                len,
+                n_exp,
+            })
+        };
+        let mut layers = Vec::with_capacity(weights.layers.len());
+        for l in &weights.layers {
+            let m = &l.moe;
+            let parts = [slice(&m.gate)?, slice(&m.up)?, slice(&m.down)?];
+            let entry_bytes = parts.iter().map(Slice::section).sum();
+            layers.push(LayerLayout { parts, entry_bytes });
+        }
+        let min = layers.iter().map(|l| l.entry_bytes).max().unwrap_or(0) as u64;
+        if opts.budget < min {
+            return Err(ModelError::Input(format!(
+                "{}: an expert cache of {} bytes cannot hold one expert: the minimum is {} bytes \
+                 ({:.2} MiB: gate, up and down of the largest expert, page-aligned)",
+                f.path().display(),
+                opts.budget,
+                min,
+                min as f64 / (1u64 << 20) as f64
+            )));
+        }
+        let mut warnings = Vec::new();
+        let mut shards = Vec::new();
+        for path in f.shard_paths() {
+            let io = |e: std::io::Error| {
+                ModelError::Input(format!("{}: opening for expert reads: {e}", path.display()))
+            };
+            let buffered = File::open(path).map_err(io)?;
+            let direct = if opts.direct_io {
+                match open_direct(path) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        warnings.push(format!(
+                            "{}: O_DIRECT refused ({e}); expert reads go through the page cache",
+                            path.display()
+                        ));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            shards.push(Shard {
+                path: path.to_path_buf(),
+                buffered,
+                direct,
+            });
+        }
+        let inner = Inner {
+            stats: vec![ExpertCacheCounters::default(); layers.len()],
+            ..Inner::default()
+        };
+        Ok(ExpertCache {
+            layers,
+            shards,
+            budget: opts.budget,
+            inner: Mutex::new(inner),
+            warnings,
+        })
+    }
+
+    /// The smallest budget that holds one expert of every layer.
+    pub fn min_budget(&self) -> u64 {
+        self.layers.iter().map(|l| l.entry_bytes).max().unwrap_or(0) as u64
+    }
+
+    /// Bytes of one expert of layer `il` in the file (gate + up + down): what
+    /// a miss reads.
+    pub fn expert_bytes(&self, il: usize) -> u64 {
+        self.layers
+            .get(il)
+            .map_or(0, |l| l.parts.iter().map(|p| p.len as u64).sum())
+    }
+
+    /// How many experts' entries fit the budget (at least 1): the group a
+    /// prefill reads at a time.
+    pub fn group_size(&self) -> usize {
+        (self.budget / self.min_budget().max(1)).max(1) as usize
+    }
+
+    /// What could not be done as asked (e.g. `O_DIRECT` refused).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Whether every shard is read with `O_DIRECT`.
+    pub fn direct_io(&self) -> bool {
+        !self.shards.is_empty() && self.shards.iter().all(|s| s.direct.is_some())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves consistent data
+        // (every update is complete before the next starts).
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn stats(&self) -> ExpertCacheStats {
+        let g = self.lock();
+        ExpertCacheStats {
+            budget: self.budget,
+            entry_bytes: self.min_budget(),
+            resident_bytes: g.used,
+            entries: g.map.len(),
+            direct_io: self.direct_io(),
+            layers: g.stats.clone(),
+        }
+    }
+
+    /// Zero the counters (the entries stay).
+    pub fn reset_stats(&self) {
+        let mut g = self.lock();
+        g.stats
+            .iter_mut()
+            .for_each(|s| *s = ExpertCacheCounters::default());
+    }
+
+    /// The entries of `experts` (distinct expert ids) of layer `il`, in
+    /// order: hits from the cache, misses read from the file in parallel.
+    pub fn get(&self, il: usize, experts: &[usize]) -> Result<Vec<Arc<ExpertEntry>>, ModelError> {
+        let layout = self
+            .layers
+            .get(il)
+            .ok_or_else(|| ModelError::Input(format!("expert cache: no layer {il}")))?;
+        let mut out: Vec<Option<Arc<ExpertEntry>>> = vec![None; experts.len()];
+        let mut missing = Vec::new();
+        {
+            let mut g = self.lock();
+            for (i, &e) in experts.iter().enumerate() {
+                g.tick += 1;
+                let tick = g.tick;
+                if let Some((entry, last)) = g.map.get_mut(&(il, e)) {
+                    let old = std::mem::replace(last, tick);
+                    out[i] = Some(entry.clone());
+                    g.lru.remove(&old);
+                    g.lru.insert(tick, (il, e));
+                    g.stats[il].hits += 1;
+                } else {
+                    missing.push(i);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out.into_iter().flatten().collect());
+        }
+        let t0 = Instant::now();
+        let mut read: Vec<Result<ExpertEntry, ModelError>> = Vec::with_capacity(missing.len());
+        for chunk in missing.chunks(MAX_PARALLEL_READS) {
+            if chunk.len() == 1 {
+                read.push(self.read(layout, experts[chunk[0]]));
+                continue;
+            }
+            std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|&i| s.spawn(move || self.read(layout, experts[i])))
+                    .collect();
+                for h in handles {
+                    read.push(h.join().unwrap_or_else(|_| {
+                        Err(ModelError::Input("an expert read thread panicked".into()))
+                    }));
+                }
+            });
+        }
+        let stall = t0.elapsed();
+        let mut g = self.lock();
+        g.stats[il].stall += stall;
+        for (&i, r) in missing.iter().zip(read) {
+            let entry = Arc::new(r?);
+            let e = experts[i];
+            let bytes = entry.bytes as u64;
+            g.stats[il].misses += 1;
+            g.stats[il].bytes_read += layout.parts.iter().map(|p| p.len as u64).sum::<u64>();
+            // Make room (LRU first), then insert.
+            while g.used + bytes > self.budget {
+                let Some((_, key)) = g.lru.pop_first() else {
+                    break;
+                };
+                if let Some((old, _)) = g.map.remove(&key) {
+                    g.used -= old.bytes as u64;
+                    g.stats[key.0].evictions += 1;
+                }
+            }
+            g.tick += 1;
+            let tick = g.tick;
+            if let Some((old, last)) = g.map.insert((il, e), (entry.clone(), tick)) {
+                // Read twice (a concurrent caller): keep the newer.
+                g.used -= old.bytes as u64;
+                g.lru.remove(&last);
+            }
+            g.lru.insert(tick, (il, e));
+            g.used += bytes;
+            out[i] = Some(entry);
+        }
+        drop(g);
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Read expert `e` of a layer from the file.
+    fn read(&self, layout: &LayerLayout, e: usize) -> Result<ExpertEntry, ModelError> {
+        let mut buf = vec![0u8; layout.entry_bytes + ALIGN];
+        let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let mut parts = [(0usize, 0usize); 3];
+        let mut at = base;
+        for (k, p) in layout.parts.iter().enumerate() {
+            let section = p.section();
+            let shard = &self.shards[p.shard];
+            let err = |msg: String| tensor_err(&shard.path, &p.tensor, msg);
+            if e >= p.n_exp {
+                return Err(err(format!("expert {e} of {}", p.n_exp)));
+            }
+            let off = p.first + e as u64 * p.stride;
+            let dst = &mut buf[at..at + section];
+            let start = read_slice(shard, off, p.len, dst).map_err(|ioe| {
+                err(format!(
+                    "reading expert {e} ({} bytes at byte {off} of {}): {ioe}",
+                    p.len,
+                    shard.path.display()
+                ))
+            })?;
+            parts[k] = (at + start, p.len);
+            at += section;
+        }
+        Ok(ExpertEntry {
+            buf,
+            parts,
+            bytes: layout.entry_bytes,
+        })
+    }
+}
+
+/// Read `len` bytes at `off` into `dst` (page-aligned, at least
+/// `len` rounded up to pages plus one page); returns where they start in
+/// `dst`. With `O_DIRECT` the page-aligned range around them is read.
+fn read_slice(shard: &Shard, off: u64, len: usize, dst: &mut [u8]) -> std::io::Result<usize> {
+    let lead = (off % ALIGN as u64) as usize;
+    let Some(direct) = &shard.direct else {
+        shard
+            .buffered
+            .read_exact_at(&mut dst[lead..lead + len], off)?;
+        return Ok(lead);
+    };
+    let a0 = off - lead as u64;
+    let need = lead + len;
+    let span = need.div_ceil(ALIGN) * ALIGN;
+    let mut got = 0usize;
+    while got < need {
+        if !got.is_multiple_of(ALIGN) {
+            // A short read mid-file left an unaligned position: finish the
+            // rest through the page cache.
+            shard
+                .buffered
+                .read_exact_at(&mut dst[got..need], a0 + got as u64)?;
+            return Ok(lead);
+        }
+        match direct.read_at(&mut dst[got..span], a0 + got as u64) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("file ends {} bytes short", need - got),
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                // The filesystem took the open but refuses the read.
+                shard
+                    .buffered
+                    .read_exact_at(&mut dst[got..need], a0 + got as u64)?;
+                return Ok(lead);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(lead)
+}
+
+/// Open `path` with `O_DIRECT` and check that an aligned read works.
+fn open_direct(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
+    let mut buf = vec![0u8; 2 * ALIGN];
+    let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+    f.read_at(&mut buf[base..base + ALIGN], 0)?;
+    Ok(f)
+}

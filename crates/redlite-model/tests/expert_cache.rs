@@ -1,0 +1,221 @@
+//! Expert streaming: a model whose routed experts are read from the file
+//! through a small `ExpertCache` computes the same logits, bit for bit, as the
+//! all-resident model; the cache's counters add up; a budget below one
+//! expert is a clear error; O_DIRECT reads give the same bytes.
+
+mod common;
+use common::*;
+use redlite_model::{ExpertCacheOptions, LoadOptions, Model};
+use redlite_testkit::fixture;
+
+const MODELS: [&str; 3] = [
+    "tiny-s-CF2mix.gguf",
+    "tiny-s-Q4_K_M.gguf",
+    "tiny-a-bf16.gguf",
+];
+
+fn streamed(name: &str, budget: u64, direct_io: bool) -> Result<Model, redlite_model::ModelError> {
+    let be = redlite_backend::CpuBackend::new(None).expect("thread pool");
+    Model::load_streaming(
+        &fixture(name),
+        std::sync::Arc::new(be),
+        &LoadOptions {
+            prefetch: true,
+            ..LoadOptions::default()
+        },
+        Some(&ExpertCacheOptions { budget, direct_io }),
+        &mut |_, _| {},
+    )
+}
+
+/// The smallest budget of a fixture (one expert's entry).
+fn min_budget(name: &str) -> u64 {
+    let m = streamed(name, u64::MAX, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+    m.expert_cache().expect("cache").min_budget()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Prefill logits of the whole prompt, token-by-token decode logits of the
+/// prompt, and 8 greedy tokens with their logits after the prefill.
+fn outputs(m: &Model, prompt: &[u32]) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut st = m.new_state();
+    let pre = m.forward(&mut st, prompt, true).expect("prefill");
+    let mut logits = pre[pre.len() - m.config().vocab_size..].to_vec();
+    let (mut toks, mut gen_logits) = (Vec::new(), Vec::new());
+    for _ in 0..8 {
+        let t = argmax(&logits);
+        toks.push(t);
+        logits = m.forward(&mut st, &[t], false).expect("decode");
+        gen_logits.extend_from_slice(&logits);
+    }
+    let mut st = m.new_state();
+    let mut dec = Vec::new();
+    for &t in prompt {
+        dec.extend(m.forward(&mut st, &[t], true).expect("decode step"));
+    }
+    (bits(&pre), bits(&dec), toks, bits(&gen_logits))
+}
+
+#[test]
+fn two_expert_cache_is_bit_identical_to_resident() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "prose");
+    for name in MODELS {
+        let resident = load(name);
+        let min = min_budget(name);
+        let m = streamed(name, 2 * min, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = outputs(&resident, &prompt);
+        let got = outputs(&m, &prompt);
+        assert!(want.0 == got.0, "{name}: prefill logits differ");
+        assert!(want.1 == got.1, "{name}: token-by-token logits differ");
+        assert_eq!(want.2, got.2, "{name}: greedy tokens differ");
+        assert!(want.3 == got.3, "{name}: greedy logits differ");
+        let s = m.expert_cache_stats().expect("stats");
+        assert!(s.resident_bytes <= 2 * min, "{name}: over budget");
+        for (il, l) in s.layers.iter().enumerate() {
+            assert!(l.evictions > 0, "{name}: layer {il} never evicted");
+        }
+        println!(
+            "{name}: {} experts per layer resident, greedy {:?}; hit rate {:.3}",
+            s.budget / s.entry_bytes,
+            got.2,
+            s.total().hit_rate()
+        );
+    }
+}
+
+/// A cache of exactly one expert also works (prefill reads one at a time).
+#[test]
+fn one_expert_cache_is_bit_identical() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "hello");
+    let name = "tiny-s-Q4_K_M.gguf";
+    let resident = load(name);
+    let m = streamed(name, min_budget(name), false).expect("load");
+    assert_eq!(m.expert_cache().expect("cache").group_size(), 1);
+    assert!(outputs(&resident, &prompt) == outputs(&m, &prompt));
+}
+
+/// hits + misses = expert uses; bytes read = misses × expert bytes.
+#[test]
+fn stats_add_up() {
+    let name = "tiny-s-CF2mix.gguf";
+    let min = min_budget(name);
+    let m = streamed(name, 3 * min, false).expect("load");
+    let c = m.config().clone();
+    let cache = m.expert_cache().expect("cache");
+    let p = prompts();
+    let prompt = prompt_ids(&p, "unicode");
+    let mut st = m.new_state();
+    m.forward(&mut st, &prompt, false).expect("prefill");
+    cache.reset_stats();
+    let n = 20;
+    let mut tok = 1u32;
+    for _ in 0..n {
+        tok = argmax(&m.forward(&mut st, &[tok], false).expect("decode"));
+    }
+    let s = m.expert_cache_stats().expect("stats");
+    assert_eq!(s.layers.len(), c.n_layer);
+    for (il, l) in s.layers.iter().enumerate() {
+        // One token per step: every step uses n_expert_used distinct experts.
+        assert_eq!(
+            l.hits + l.misses,
+            (n * c.n_expert_used) as u64,
+            "layer {il}"
+        );
+        assert_eq!(
+            l.bytes_read,
+            l.misses * cache.expert_bytes(il),
+            "layer {il}"
+        );
+        assert!(l.misses > 0);
+    }
+    let t = s.total();
+    assert_eq!(t.hits + t.misses, (n * c.n_expert_used * c.n_layer) as u64);
+    assert!(s.entries <= 3 && s.resident_bytes <= 3 * min);
+    println!(
+        "{name}: {} uses, hit rate {:.3}, {} bytes read, stall {:?}",
+        t.hits + t.misses,
+        t.hit_rate(),
+        t.bytes_read,
+        t.stall
+    );
+    // A budget that holds every expert: after one pass over the prompt every
+    // later use is a hit.
+    let all = streamed(name, u64::MAX / 2, false).expect("load");
+    let mut st = all.new_state();
+    all.forward(&mut st, &prompt, false).expect("prefill");
+    let mut st = all.new_state();
+    all.expert_cache().expect("cache").reset_stats();
+    all.forward(&mut st, &prompt, false).expect("prefill again");
+    let t = all.expert_cache_stats().expect("stats").total();
+    assert_eq!(t.misses, 0);
+    assert!(t.hits > 0);
+}
+
+#[test]
+fn a_budget_below_one_expert_is_a_clear_error() {
+    let name = "tiny-s-Q4_K_M.gguf";
+    let min = min_budget(name);
+    let err = match streamed(name, min - 1, false) {
+        Ok(_) => panic!("a budget of {} bytes was accepted", min - 1),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&format!("the minimum is {min} bytes")),
+        "{err}"
+    );
+    assert!(err.contains(name), "{err}");
+    // --no-mmap cannot be combined with streaming.
+    let be = redlite_backend::CpuBackend::new(Some(1)).expect("pool");
+    let err = Model::load_streaming(
+        &fixture(name),
+        std::sync::Arc::new(be),
+        &LoadOptions {
+            no_mmap: true,
+            ..LoadOptions::default()
+        },
+        Some(&ExpertCacheOptions {
+            budget: min,
+            direct_io: false,
+        }),
+        &mut |_, _| {},
+    )
+    .err()
+    .expect("no_mmap with a cache is refused")
+    .to_string();
+    assert!(err.contains("no-mmap"), "{err}");
+}
+
+#[test]
+fn direct_io_reads_the_same_bytes() {
+    let name = "tiny-s-CF2mix.gguf";
+    let min = min_budget(name);
+    let m = streamed(name, 2 * min, true).expect("load");
+    let cache = m.expert_cache().expect("cache");
+    if !cache.direct_io() {
+        println!(
+            "note: the filesystem refused O_DIRECT ({:?}); checked the buffered fallback",
+            cache.warnings()
+        );
+    } else {
+        println!("O_DIRECT reads in use");
+    }
+    let p = prompts();
+    let prompt = prompt_ids(&p, "hello");
+    assert!(outputs(&load(name), &prompt) == outputs(&m, &prompt));
+    assert!(m.expert_cache_stats().expect("stats").total().misses > 0);
+}
