@@ -184,7 +184,14 @@ pub struct ExpertCache {
     budget: u64,
     inner: Mutex<Inner>,
     warnings: Vec<String>,
+    /// Buffers of evicted entries, reused for the next misses (a fresh
+    /// buffer costs zeroing and page faults on every miss otherwise).
+    pool: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Most buffers kept for reuse (memory beyond the budget: at most this
+/// many entries).
+const POOL_MAX: usize = 32;
 
 fn tensor_err(path: &Path, tensor: &str, msg: String) -> ModelError {
     ModelError::Tensor {
@@ -283,6 +290,7 @@ impl ExpertCache {
             budget: opts.budget,
             inner: Mutex::new(inner),
             warnings,
+            pool: Mutex::new(Vec::new()),
         })
     }
 
@@ -405,6 +413,13 @@ impl ExpertCache {
                 if let Some((old, _)) = g.map.remove(&key) {
                     g.used -= old.bytes as u64;
                     g.stats[key.0].evictions += 1;
+                    // Not in use by a forward pass: keep its buffer.
+                    if let Ok(old) = Arc::try_unwrap(old) {
+                        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                        if pool.len() < POOL_MAX {
+                            pool.push(old.buf);
+                        }
+                    }
                 }
             }
             g.tick += 1;
@@ -424,7 +439,14 @@ impl ExpertCache {
 
     /// Read expert `e` of a layer from the file.
     fn read(&self, layout: &LayerLayout, e: usize) -> Result<ExpertEntry, ModelError> {
-        let mut buf = vec![0u8; layout.entry_bytes + ALIGN];
+        let want = layout.entry_bytes + ALIGN;
+        let pooled = self
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .filter(|b| b.len() == want);
+        let mut buf = pooled.unwrap_or_else(|| vec![0u8; want]);
         let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
         let mut parts = [(0usize, 0usize); 3];
         let mut at = base;
