@@ -100,6 +100,14 @@ fn openai_and_anthropic_sdks() {
 }
 
 #[test]
+fn expert_cache_counters_in_metrics() {
+    // Two of tiny-s's experts fit in 1 MiB: every layer evicts.
+    let s = Server::start(&tiny(), &["--expert-cache", "1MiB"]);
+    let out = run_py("expertcache.py", &[("REDLITE_BASE", s.base.clone())]);
+    assert!(out.contains("expert cache metrics ok"));
+}
+
+#[test]
 fn multi_turn_agent_reuses_state() {
     let warm = Server::start(&tiny(), &["--context", "8192"]);
     let fresh = Server::start(&tiny(), &["--context", "8192", "--state-cache", "0"]);

@@ -103,6 +103,9 @@ pub struct AppState {
     pub model_bytes: u64,
     pub created: u64,
     pub backend: String,
+    /// The model (shared with the compute thread) for what `/metrics`
+    /// reads directly, such as the expert cache's counters.
+    pub model: Arc<Model>,
 }
 
 pub type App = Arc<AppState>;
@@ -124,8 +127,9 @@ impl AppState {
             .sum::<u64>();
         let backend = model.backend().name();
         let eog = tokenizer.eog_ids().to_vec();
+        let model = Arc::new(model);
         let sched = Scheduler::new(
-            Arc::new(model),
+            model.clone(),
             eog,
             SchedulerConfig {
                 parallel: cfg.parallel.max(1),
@@ -147,6 +151,7 @@ impl AppState {
             n_vocab,
             n_params,
             model_bytes,
+            model,
             created: now(),
             backend,
         })

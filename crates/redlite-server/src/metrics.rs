@@ -183,6 +183,61 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         "# HELP redlite_state_restores_total Requests that resumed from a snapshot (hit) or started fresh (miss).\n# TYPE redlite_state_restores_total counter\nredlite_state_restores_total{{result=\"hit\"}} {}\nredlite_state_restores_total{{result=\"miss\"}} {}",
         s.snapshot_restores_hit, s.snapshot_restores_miss
     );
+    if let Some(ec) = app.model.expert_cache_stats() {
+        let t = ec.total();
+        let mut g = |name: &str, kind: &str, help: &str, v: String| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        g(
+            "redlite_expert_cache_budget_bytes",
+            "gauge",
+            "Byte budget of the routed-expert cache.",
+            ec.budget.to_string(),
+        );
+        g(
+            "redlite_expert_cache_resident_bytes",
+            "gauge",
+            "Bytes of the experts held in the cache now.",
+            ec.resident_bytes.to_string(),
+        );
+        g(
+            "redlite_expert_cache_hit_rate",
+            "gauge",
+            "Expert uses served from the cache, as a fraction of all uses so far.",
+            format!("{}", t.hit_rate()),
+        );
+        g(
+            "redlite_expert_cache_stall_seconds_total",
+            "counter",
+            "Time the forward pass waited on expert reads.",
+            format!("{}", t.stall.as_secs_f64()),
+        );
+        let per_layer = [
+            (
+                "redlite_expert_cache_hits_total",
+                "Expert uses served from the cache, per layer.",
+            ),
+            (
+                "redlite_expert_cache_misses_total",
+                "Expert uses read from the file, per layer.",
+            ),
+            (
+                "redlite_expert_cache_read_bytes_total",
+                "Expert bytes read from the file, per layer.",
+            ),
+            (
+                "redlite_expert_cache_evictions_total",
+                "Experts dropped to stay within the budget, per layer.",
+            ),
+        ];
+        for (k, (name, help)) in per_layer.iter().enumerate() {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (il, c) in ec.layers.iter().enumerate() {
+                let v = [c.hits, c.misses, c.bytes_read, c.evictions][k];
+                let _ = writeln!(o, "{name}{{layer=\"{il}\"}} {v}");
+            }
+        }
+    }
     let _ = writeln!(
         o,
         "# HELP redlite_requests_total Finished HTTP requests.\n# TYPE redlite_requests_total counter"
