@@ -61,6 +61,10 @@ pub struct Q16Act {
     pub q: Vec<i16>,
     /// Integer sum of every 32 quantized values.
     pub sums: Vec<i32>,
+    /// `q = 255·h + l` with `|l| ≤ 127`, `|h| ≤ 64`: each value as two
+    /// signed bytes, for kernels that multiply bytes (`vpmaddubsw`).
+    pub h: Vec<i8>,
+    pub l: Vec<i8>,
 }
 
 /// A borrowed view of quantized activations (one vector, or a run of blocks).
@@ -69,6 +73,8 @@ pub struct Q16Ref<'a> {
     pub d: &'a [f32],
     pub q: &'a [i16],
     pub sums: &'a [i32],
+    pub h: &'a [i8],
+    pub l: &'a [i8],
 }
 
 impl Q16Act {
@@ -89,9 +95,24 @@ impl Q16Act {
         if level() != Q16Level::Scalar {
             // SAFETY: level() is above Scalar only when the CPU has AVX2,
             // FMA and F16C; the buffers were sized above.
-            return unsafe { x86::quantize_avx2(x, &mut self.d, &mut self.q, &mut self.sums) };
+            let finite = unsafe { x86::quantize_avx2(x, &mut self.d, &mut self.q, &mut self.sums) };
+            self.split();
+            return finite;
         }
         self.quantize_scalar(x)
+    }
+
+    /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127).
+    fn split(&mut self) {
+        self.h.resize(self.q.len(), 0);
+        self.l.resize(self.q.len(), 0);
+        for ((q, h), l) in self.q.iter().zip(self.h.iter_mut()).zip(self.l.iter_mut()) {
+            // (q + 16447) / 255 − 64 = round(q / 255) for |q| ≤ 16383 (the
+            // offset keeps the dividend positive; 0x8081 >> 23 divides by 255).
+            let hh = (((*q as i32 + 16447) * 0x8081) >> 23) - 64;
+            *h = hh as i8;
+            *l = (*q as i32 - 255 * hh) as i8;
+        }
     }
 
     /// The scalar twin of [`Q16Act::quantize`] (same results bit for bit).
@@ -126,6 +147,7 @@ impl Q16Act {
                 self.sums[b * 8 + j] = qs[32 * j..32 * (j + 1)].iter().map(|&v| v as i32).sum();
             }
         }
+        self.split();
         finite
     }
 
@@ -135,6 +157,8 @@ impl Q16Act {
             d: &self.d,
             q: &self.q,
             sums: &self.sums,
+            h: &self.h,
+            l: &self.l,
         }
     }
 
@@ -145,6 +169,8 @@ impl Q16Act {
             d: &self.d[t * nb..(t + 1) * nb],
             q: &self.q[t * n..(t + 1) * n],
             sums: &self.sums[t * nb * 8..(t + 1) * nb * 8],
+            h: &self.h[t * n..(t + 1) * n],
+            l: &self.l[t * n..(t + 1) * n],
         }
     }
 }
@@ -474,6 +500,76 @@ pub(crate) mod x86 {
         }
     }
 
+    /// Q4_K / Q5_K against the byte planes of the activations: the unsigned
+    /// 4- or 5-bit quants multiply `h` and `l` with `vpmaddubsw` (no
+    /// widening, no stores), `vpmaddwd` applies the sub-block scales, and
+    /// the block's sum is `255·Σh + Σl` (integers exact; one f32 rounding).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `data` whole blocks of the type, `x` at least as
+    /// many blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_k_bytes<const FIVE: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        let bytes = if FIVE { 176 } else { 144 };
+        let nb = data.len() / bytes;
+        let m4 = _mm256_set1_epi8(0x0F);
+        let b16 = _mm256_set1_epi8(16);
+        let mut acc = _mm256_setzero_ps();
+        let mut accm = _mm256_setzero_ps();
+        for b in 0..nb {
+            let blk = &data[b * bytes..(b + 1) * bytes];
+            let p = blk.as_ptr();
+            let (sc, m) = crate::kquants::scale_min_k4(&blk[4..16]);
+            let d = crate::util::f16_ptr(p);
+            let dmin = crate::util::f16_ptr(p.add(2));
+            let xh = x.h.as_ptr().add(b * QK);
+            let xl = x.l.as_ptr().add(b * QK);
+            let qs = p.add(if FIVE { 48 } else { 16 });
+            let qh = if FIVE {
+                _mm256_loadu_si256(p.add(16) as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let mut ah = _mm256_setzero_si256();
+            let mut al = _mm256_setzero_si256();
+            for j in 0..4 {
+                let v = _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
+                let mut lo = _mm256_and_si256(v, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                if FIVE {
+                    let bit = |k: i32| {
+                        let m = _mm256_set1_epi8(1i8 << k);
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), b16)
+                    };
+                    lo = _mm256_or_si256(lo, bit(2 * j as i32));
+                    hi = _mm256_or_si256(hi, bit(2 * j as i32 + 1));
+                }
+                for (k, q) in [(2 * j, lo), (2 * j + 1, hi)] {
+                    let s = _mm256_set1_epi16(sc[k] as i16);
+                    let h = _mm256_loadu_si256(xh.add(32 * k) as *const __m256i);
+                    let l = _mm256_loadu_si256(xl.add(32 * k) as *const __m256i);
+                    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(_mm256_maddubs_epi16(q, h), s));
+                    al = _mm256_add_epi32(al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, l), s));
+                }
+            }
+            let dx = *x.d.get_unchecked(b);
+            let is = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(ah),
+                _mm256_set1_ps(255.0),
+                _mm256_cvtepi32_ps(al),
+            );
+            acc = _mm256_fmadd_ps(is, _mm256_set1_ps(d * dx), acc);
+            let mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                m.as_ptr() as *const __m128i
+            )));
+            let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                x.sums.as_ptr().add(8 * b) as *const __m256i
+            ));
+            accm = _mm256_fmadd_ps(_mm256_mul_ps(mv, _mm256_set1_ps(dmin * dx)), sv, accm);
+        }
+        crate::util::hsum256(_mm256_sub_ps(acc, accm))
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_avx512_vnni<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         body512::<U, true>(data, x)
@@ -741,7 +837,7 @@ macro_rules! table {
                         unpack_scalar: $scalar,
                         unpack: if level == Q16Level::Scalar { $scalar } else { $name::unpack_fast },
                         dot_scalar: $name::dot_scalar,
-                        dot: $name::dot_level(level),
+                        dot: byte_dot(ty, level).unwrap_or($name::dot_level(level)),
                     });
                 }
             )*
@@ -757,6 +853,34 @@ table! {
     Q6K => GgmlType::Q6_K, 210, true, false, unpack_q6_k;
     IQ2XS => GgmlType::IQ2_XS, 74, true, false, unpack_iq2_xs;
     IQ1M => GgmlType::IQ1_M, 56, true, false, unpack_iq1_m;
+}
+
+/// The byte-plane decode kernel of `ty` at `level`, where one exists (Q4_K,
+/// Q5_K: unsigned quants multiply the activations' byte planes directly).
+fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
+    if level == Q16Level::Scalar {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn q4(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 144, x);
+            // SAFETY: chosen only above the scalar level (AVX2, FMA and
+            // F16C present); sizes checked above.
+            unsafe { x86::dot_k_bytes::<false>(data, x) }
+        }
+        fn q5(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 176, x);
+            // SAFETY: as above.
+            unsafe { x86::dot_k_bytes::<true>(data, x) }
+        }
+        match ty {
+            GgmlType::Q4_K => return Some(q4),
+            GgmlType::Q5_K => return Some(q5),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Integer kernels of `ty` at this CPU's level.
@@ -959,6 +1083,23 @@ mod tests {
             assert_eq!(
                 a.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 b.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    /// Every representable activation splits exactly into two signed bytes.
+    #[test]
+    fn split_covers_every_value() {
+        let mut a = Q16Act {
+            q: (-16383i16..=16383).collect(),
+            ..Q16Act::default()
+        };
+        a.split();
+        for ((q, h), l) in a.q.iter().zip(&a.h).zip(&a.l) {
+            assert_eq!(*q as i32, 255 * *h as i32 + *l as i32, "q {q}");
+            assert!(
+                l.unsigned_abs() <= 127 && h.unsigned_abs() <= 64,
+                "q {q}: {h} {l}"
             );
         }
     }
