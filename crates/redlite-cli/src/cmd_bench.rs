@@ -119,6 +119,11 @@ fn cache_json(c: &redlite_model::ExpertCacheStats) -> serde_json::Map<String, Va
                 "bytes_read": l.bytes_read,
                 "evictions": l.evictions,
                 "stall_ns": l.stall.as_nanos() as u64,
+                "predictions": l.predictions,
+                "prediction_hits": l.prediction_hits,
+                "prefetches": l.prefetches,
+                "prefetch_bytes_read": l.prefetch_bytes,
+                "prefetch_waits": l.waits,
             })
         })
         .collect();
@@ -134,6 +139,13 @@ fn cache_json(c: &redlite_model::ExpertCacheStats) -> serde_json::Map<String, Va
         "redlite_expert_cache_bytes_read": t.bytes_read,
         "redlite_expert_cache_evictions": t.evictions,
         "redlite_expert_cache_stall_ns": t.stall.as_nanos() as u64,
+        "redlite_expert_cache_prefetch": c.prefetch,
+        "redlite_expert_cache_predictions": t.predictions,
+        "redlite_expert_cache_prediction_hits": t.prediction_hits,
+        "redlite_expert_cache_prediction_accuracy": t.prediction_accuracy(),
+        "redlite_expert_cache_prefetches": t.prefetches,
+        "redlite_expert_cache_prefetch_bytes_read": t.prefetch_bytes,
+        "redlite_expert_cache_prefetch_waits": t.waits,
         "redlite_expert_cache_layers": layers,
     });
     match v {
@@ -506,7 +518,7 @@ pub fn run(args: Args) -> Result<()> {
             let t = c.total();
             lines.push(format!(
                 "expert cache {kind}{n} ({} budget, {}): {} hits, {} misses ({:.1}% hit rate), \
-                 {:.1} MB read, {:.3}s waiting on reads over {} runs",
+                 {:.1} MB read, {:.3}s waiting on reads over {} runs; {}",
                 crate::load::human_bytes(c.budget),
                 if c.direct_io { "O_DIRECT" } else { "buffered" },
                 t.hits,
@@ -514,7 +526,21 @@ pub fn run(args: Args) -> Result<()> {
                 100.0 * t.hit_rate(),
                 t.bytes_read as f64 / 1e6,
                 t.stall.as_secs_f64(),
-                args.repeat
+                args.repeat,
+                if c.prefetch {
+                    format!(
+                        "prefetch: {}/{} predicted experts used ({:.1}%), {} read ({:.1} MB), \
+                         {} uses waited for one",
+                        t.prediction_hits,
+                        t.predictions,
+                        100.0 * t.prediction_accuracy(),
+                        t.prefetches,
+                        t.prefetch_bytes as f64 / 1e6,
+                        t.waits
+                    )
+                } else {
+                    "no prefetch".to_string()
+                }
             ));
         }
     }

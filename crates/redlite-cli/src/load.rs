@@ -46,6 +46,11 @@ pub struct LoadArgs {
     /// filesystem refuses O_DIRECT (e.g. tmpfs). Only with --expert-cache.
     #[arg(long, help_heading = "Loading")]
     pub direct_io: bool,
+    /// Do not prefetch: by default, with --expert-cache, each decode step applies the next
+    /// layer's router to the current layer's input and reads the experts it predicts in
+    /// the background while the layer computes (outputs are unchanged).
+    #[arg(long, help_heading = "Loading")]
+    pub no_expert_prefetch: bool,
 }
 
 /// A byte size: a number (fractions allowed) with an optional unit: `K`, `M`,
@@ -110,6 +115,7 @@ impl LoadArgs {
         (self.expert_cache > 0).then_some(redlite_model::ExpertCacheOptions {
             budget: self.expert_cache,
             direct_io: self.direct_io,
+            prefetch: !self.no_expert_prefetch,
         })
     }
 }

@@ -13,12 +13,18 @@
 //!
 //! The bytes are those the mapping would have given, and the kernels are the
 //! same: outputs are bit-identical to the all-resident model.
+//!
+//! Prefetch: [`ExpertCache::prefetch`] starts reading a layer's predicted
+//! experts in the background (one detached thread per missing expert). A
+//! (layer, expert) being read is in the in-flight set: nobody reads it a
+//! second time, and [`ExpertCache::get`] waits for it instead. Fetched entries
+//! are inserted as normal entries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redlite_gguf::GgufFile;
@@ -41,6 +47,9 @@ pub struct ExpertCacheOptions {
     /// Read with `O_DIRECT` (no page cache); falls back to buffered reads,
     /// with a warning, where the filesystem refuses it.
     pub direct_io: bool,
+    /// Read the next layer's predicted experts in the background while a
+    /// layer computes (decode steps of one token).
+    pub prefetch: bool,
 }
 
 /// Hits, misses, bytes read and time waited on reads (of one layer or all).
@@ -55,8 +64,20 @@ pub struct ExpertCacheCounters {
     pub bytes_read: u64,
     /// Entries dropped to stay within the budget.
     pub evictions: u64,
-    /// Wall time the forward pass waited on reads (I/O stall).
+    /// Wall time the forward pass waited on reads (I/O stall), its own and
+    /// in-flight prefetches.
     pub stall: Duration,
+    /// Experts predicted for this layer (from the previous layer's input)
+    /// whose use was then seen.
+    pub predictions: u64,
+    /// Of those, the ones this layer then used.
+    pub prediction_hits: u64,
+    /// Experts read in the background by prefetch (not in `misses`).
+    pub prefetches: u64,
+    /// Expert bytes read by prefetch (not in `bytes_read`).
+    pub prefetch_bytes: u64,
+    /// Uses (counted in `hits`) that waited for an in-flight prefetch.
+    pub waits: u64,
 }
 
 impl ExpertCacheCounters {
@@ -66,6 +87,20 @@ impl ExpertCacheCounters {
         self.bytes_read += o.bytes_read;
         self.evictions += o.evictions;
         self.stall += o.stall;
+        self.predictions += o.predictions;
+        self.prediction_hits += o.prediction_hits;
+        self.prefetches += o.prefetches;
+        self.prefetch_bytes += o.prefetch_bytes;
+        self.waits += o.waits;
+    }
+
+    /// Prediction hits over predictions (0 when none).
+    pub fn prediction_accuracy(&self) -> f64 {
+        if self.predictions == 0 {
+            0.0
+        } else {
+            self.prediction_hits as f64 / self.predictions as f64
+        }
     }
 
     /// Hits over uses (0 when unused).
@@ -91,6 +126,8 @@ pub struct ExpertCacheStats {
     pub entries: usize,
     /// Whether reads go through `O_DIRECT`.
     pub direct_io: bool,
+    /// Whether the next layer's experts are prefetched.
+    pub prefetch: bool,
     pub layers: Vec<ExpertCacheCounters>,
 }
 
@@ -175,6 +212,24 @@ struct Inner {
     tick: u64,
     used: u64,
     stats: Vec<ExpertCacheCounters>,
+    /// Entries being read (by `get` or a prefetch).
+    inflight: HashSet<Key>,
+    /// Per layer: the experts last predicted for it, until its next `get`.
+    predicted: Vec<Option<Vec<usize>>>,
+}
+
+impl Inner {
+    /// The entry of `key` if held, made most recently used.
+    fn touch(&mut self, key: Key) -> Option<Arc<ExpertEntry>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (entry, last) = self.map.get_mut(&key)?;
+        let old = std::mem::replace(last, tick);
+        let entry = entry.clone();
+        self.lru.remove(&old);
+        self.lru.insert(tick, key);
+        Some(entry)
+    }
 }
 
 /// The routed-expert cache of a model (see the module docs).
@@ -187,6 +242,23 @@ pub struct ExpertCache {
     /// Buffers of evicted entries, reused for the next misses (a fresh
     /// buffer costs zeroing and page faults on every miss otherwise).
     pool: Mutex<Vec<Vec<u8>>>,
+    /// Signalled whenever reads leave the in-flight set.
+    done: Condvar,
+    prefetch: bool,
+}
+
+/// Takes a key out of the in-flight set (and wakes the waiters) when
+/// dropped, so that a failed or panicking read never leaves it claimed.
+struct Release<'a> {
+    cache: &'a ExpertCache,
+    key: Key,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.cache.lock().inflight.remove(&self.key);
+        self.cache.done.notify_all();
+    }
 }
 
 /// Most buffers kept for reuse (memory beyond the budget: at most this
@@ -282,6 +354,7 @@ impl ExpertCache {
         }
         let inner = Inner {
             stats: vec![ExpertCacheCounters::default(); layers.len()],
+            predicted: vec![None; layers.len()],
             ..Inner::default()
         };
         Ok(ExpertCache {
@@ -291,6 +364,8 @@ impl ExpertCache {
             inner: Mutex::new(inner),
             warnings,
             pool: Mutex::new(Vec::new()),
+            done: Condvar::new(),
+            prefetch: opts.prefetch,
         })
     }
 
@@ -318,6 +393,11 @@ impl ExpertCache {
         &self.warnings
     }
 
+    /// Whether the next layer's predicted experts are prefetched.
+    pub fn prefetch_enabled(&self) -> bool {
+        self.prefetch
+    }
+
     /// Whether every shard is read with `O_DIRECT`.
     pub fn direct_io(&self) -> bool {
         !self.shards.is_empty() && self.shards.iter().all(|s| s.direct.is_some())
@@ -337,6 +417,7 @@ impl ExpertCache {
             resident_bytes: g.used,
             entries: g.map.len(),
             direct_io: self.direct_io(),
+            prefetch: self.prefetch,
             layers: g.stats.clone(),
         }
     }
@@ -350,44 +431,176 @@ impl ExpertCache {
     }
 
     /// The entries of `experts` (distinct expert ids) of layer `il`, in
-    /// order: hits from the cache, misses read from the file in parallel.
+    /// order: hits from the cache, misses read from the file in parallel;
+    /// an expert being read already (by a prefetch) is waited for, not read
+    /// again.
     pub fn get(&self, il: usize, experts: &[usize]) -> Result<Vec<Arc<ExpertEntry>>, ModelError> {
         let layout = self
             .layers
             .get(il)
             .ok_or_else(|| ModelError::Input(format!("expert cache: no layer {il}")))?;
         let mut out: Vec<Option<Arc<ExpertEntry>>> = vec![None; experts.len()];
-        let mut missing = Vec::new();
+        let mut waited = vec![false; experts.len()];
+        let mut todo: Vec<usize> = (0..experts.len()).collect();
+        let mut stall = Duration::ZERO;
         {
             let mut g = self.lock();
-            for (i, &e) in experts.iter().enumerate() {
-                g.tick += 1;
-                let tick = g.tick;
-                if let Some((entry, last)) = g.map.get_mut(&(il, e)) {
-                    let old = std::mem::replace(last, tick);
-                    out[i] = Some(entry.clone());
-                    g.lru.remove(&old);
-                    g.lru.insert(tick, (il, e));
-                    g.stats[il].hits += 1;
-                } else {
-                    missing.push(i);
-                }
+            if let Some(pred) = g.predicted[il].take() {
+                let hits = experts.iter().filter(|e| pred.contains(e)).count();
+                g.stats[il].predictions += pred.len() as u64;
+                g.stats[il].prediction_hits += hits as u64;
             }
         }
-        if missing.is_empty() {
-            return Ok(out.into_iter().flatten().collect());
+        let result = loop {
+            if todo.is_empty() {
+                break Ok(());
+            }
+            // Hits; misses nobody reads (claimed here); misses in flight.
+            let (mut missing, mut waiting) = (Vec::new(), Vec::new());
+            {
+                let mut g = self.lock();
+                for &i in &todo {
+                    let key = (il, experts[i]);
+                    if let Some(entry) = g.touch(key) {
+                        out[i] = Some(entry);
+                        g.stats[il].hits += 1;
+                        if waited[i] {
+                            g.stats[il].waits += 1;
+                        }
+                    } else if g.inflight.contains(&key) {
+                        waiting.push(i);
+                    } else {
+                        g.inflight.insert(key);
+                        missing.push(i);
+                    }
+                }
+            }
+            if !missing.is_empty() {
+                let t0 = Instant::now();
+                let read = self.read_many(layout, missing.iter().map(|&i| experts[i]));
+                stall += t0.elapsed();
+                let mut g = self.lock();
+                let mut failed = None;
+                for (&i, r) in missing.iter().zip(read) {
+                    let key = (il, experts[i]);
+                    g.inflight.remove(&key);
+                    match r {
+                        Ok(entry) => {
+                            let entry = Arc::new(entry);
+                            g.stats[il].misses += 1;
+                            g.stats[il].bytes_read += self.expert_bytes(il);
+                            self.insert(&mut g, key, entry.clone());
+                            out[i] = Some(entry);
+                        }
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+                drop(g);
+                self.done.notify_all();
+                if let Some(e) = failed {
+                    break Err(e);
+                }
+            }
+            if !waiting.is_empty() {
+                let t0 = Instant::now();
+                let mut g = self.lock();
+                while waiting
+                    .iter()
+                    .any(|&i| g.inflight.contains(&(il, experts[i])))
+                {
+                    g = self.done.wait(g).unwrap_or_else(|p| p.into_inner());
+                }
+                drop(g);
+                stall += t0.elapsed();
+                waiting.iter().for_each(|&i| waited[i] = true);
+            }
+            // What was waited for is a hit now, or (evicted at once, or its
+            // read failed) read here in the next round.
+            todo = waiting;
+        };
+        self.lock().stats[il].stall += stall;
+        result?;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Start reading experts `experts` of layer `il` in the background (one
+    /// thread each), except those held or in flight; held ones become most
+    /// recently used. Records them as the layer's prediction (scored at its
+    /// next `get`). Nothing when prefetch is off.
+    pub fn prefetch(self: &Arc<Self>, il: usize, experts: &[usize]) {
+        let Some(layout) = self.layers.get(il) else {
+            return;
+        };
+        if !self.prefetch {
+            return;
         }
-        let t0 = Instant::now();
-        let mut read: Vec<Result<ExpertEntry, ModelError>> = Vec::with_capacity(missing.len());
-        for chunk in missing.chunks(MAX_PARALLEL_READS) {
+        let n_exp = layout.parts[0].n_exp;
+        let mut claimed = Vec::new();
+        {
+            let mut g = self.lock();
+            g.predicted[il] = Some(experts.to_vec());
+            for &e in experts {
+                let key = (il, e);
+                if e >= n_exp || g.touch(key).is_some() || g.inflight.contains(&key) {
+                    continue;
+                }
+                g.inflight.insert(key);
+                claimed.push(e);
+            }
+        }
+        for e in claimed {
+            let cache = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("expert-prefetch".into())
+                .spawn(move || cache.prefetch_one(il, e));
+            if spawned.is_err() {
+                // No thread: release the claim (a `get` reads it itself).
+                drop(Release {
+                    cache: self,
+                    key: (il, e),
+                });
+            }
+        }
+    }
+
+    /// Read expert `e` of layer `il` (claimed in flight) and insert it; a
+    /// failed read is dropped (the demand read reports it).
+    fn prefetch_one(&self, il: usize, e: usize) {
+        let _release = Release {
+            cache: self,
+            key: (il, e),
+        };
+        let Some(layout) = self.layers.get(il) else {
+            return;
+        };
+        if let Ok(entry) = self.read(layout, e) {
+            let mut g = self.lock();
+            g.stats[il].prefetches += 1;
+            g.stats[il].prefetch_bytes += self.expert_bytes(il);
+            self.insert(&mut g, (il, e), Arc::new(entry));
+        }
+    }
+
+    /// Experts `ids` of a layer read from the file, in parallel (at most
+    /// `MAX_PARALLEL_READS` at a time).
+    fn read_many(
+        &self,
+        layout: &LayerLayout,
+        ids: impl Iterator<Item = usize>,
+    ) -> Vec<Result<ExpertEntry, ModelError>> {
+        let ids: Vec<usize> = ids.collect();
+        let mut read = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_PARALLEL_READS) {
             if chunk.len() == 1 {
-                read.push(self.read(layout, experts[chunk[0]]));
+                read.push(self.read(layout, chunk[0]));
                 continue;
             }
             std::thread::scope(|s| {
                 let handles: Vec<_> = chunk
                     .iter()
-                    .map(|&i| s.spawn(move || self.read(layout, experts[i])))
+                    .map(|&e| s.spawn(move || self.read(layout, e)))
                     .collect();
                 for h in handles {
                     read.push(h.join().unwrap_or_else(|_| {
@@ -396,45 +609,38 @@ impl ExpertCache {
                 }
             });
         }
-        let stall = t0.elapsed();
-        let mut g = self.lock();
-        g.stats[il].stall += stall;
-        for (&i, r) in missing.iter().zip(read) {
-            let entry = Arc::new(r?);
-            let e = experts[i];
-            let bytes = entry.bytes as u64;
-            g.stats[il].misses += 1;
-            g.stats[il].bytes_read += layout.parts.iter().map(|p| p.len as u64).sum::<u64>();
-            // Make room (LRU first), then insert.
-            while g.used + bytes > self.budget {
-                let Some((_, key)) = g.lru.pop_first() else {
-                    break;
-                };
-                if let Some((old, _)) = g.map.remove(&key) {
-                    g.used -= old.bytes as u64;
-                    g.stats[key.0].evictions += 1;
-                    // Not in use by a forward pass: keep its buffer.
-                    if let Ok(old) = Arc::try_unwrap(old) {
-                        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-                        if pool.len() < POOL_MAX {
-                            pool.push(old.buf);
-                        }
+        read
+    }
+
+    /// Insert `entry` as the most recently used, evicting the least
+    /// recently used to stay within the budget.
+    fn insert(&self, g: &mut Inner, key: Key, entry: Arc<ExpertEntry>) {
+        let bytes = entry.bytes as u64;
+        while g.used + bytes > self.budget {
+            let Some((_, old_key)) = g.lru.pop_first() else {
+                break;
+            };
+            if let Some((old, _)) = g.map.remove(&old_key) {
+                g.used -= old.bytes as u64;
+                g.stats[old_key.0].evictions += 1;
+                // Not in use by a forward pass: keep its buffer.
+                if let Ok(old) = Arc::try_unwrap(old) {
+                    let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                    if pool.len() < POOL_MAX {
+                        pool.push(old.buf);
                     }
                 }
             }
-            g.tick += 1;
-            let tick = g.tick;
-            if let Some((old, last)) = g.map.insert((il, e), (entry.clone(), tick)) {
-                // Read twice (a concurrent caller): keep the newer.
-                g.used -= old.bytes as u64;
-                g.lru.remove(&last);
-            }
-            g.lru.insert(tick, (il, e));
-            g.used += bytes;
-            out[i] = Some(entry);
         }
-        drop(g);
-        Ok(out.into_iter().flatten().collect())
+        g.tick += 1;
+        let tick = g.tick;
+        if let Some((old, last)) = g.map.insert(key, (entry, tick)) {
+            // Read twice: keep the newer.
+            g.used -= old.bytes as u64;
+            g.lru.remove(&last);
+        }
+        g.lru.insert(tick, key);
+        g.used += bytes;
     }
 
     /// Read expert `e` of a layer from the file.

@@ -93,7 +93,7 @@ pub struct Model {
     rope_override: Option<Vec<Vec<(f32, f32)>>>,
     backend: Arc<dyn Backend>,
     /// The routed experts read on demand, when streaming them.
-    expert_cache: Option<ExpertCache>,
+    expert_cache: Option<Arc<ExpertCache>>,
 }
 
 /// Where a model's weights live: resident (mapped and brought in) or
@@ -165,13 +165,18 @@ impl Model {
         let gguf = GgufFile::open_with_only(path, opts, &keep, progress)?;
         let mut model = Self::from_gguf(gguf, backend)?;
         let cache = ExpertCache::new(&model.gguf, &model.weights, model.config.n_expert, copts)?;
-        model.expert_cache = Some(cache);
+        model.expert_cache = Some(Arc::new(cache));
         Ok(model)
     }
 
     /// The expert cache, when the routed experts are streamed.
     pub fn expert_cache(&self) -> Option<&ExpertCache> {
-        self.expert_cache.as_ref()
+        self.expert_cache.as_deref()
+    }
+
+    /// The expert cache as a shared handle (for [`ExpertCache::prefetch`]).
+    pub fn expert_cache_arc(&self) -> Option<Arc<ExpertCache>> {
+        self.expert_cache.clone()
     }
 
     /// Hits, misses, bytes read and I/O stall of the expert cache, per layer

@@ -838,17 +838,7 @@ fn moe(
     let mut probs = vec![0f64; ne];
     let mut order: Vec<usize> = Vec::with_capacity(ne);
     for tt in 0..t {
-        let row = &logits[tt * ne..(tt + 1) * ne];
-        let mx = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let mut sum = 0f64;
-        for (p, &l) in probs.iter_mut().zip(row) {
-            *p = ((l - mx) as f64).exp();
-            sum += *p;
-        }
-        probs.iter_mut().for_each(|p| *p /= sum);
-        order.clear();
-        order.extend(0..ne);
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        route_row(&logits[tt * ne..(tt + 1) * ne], &mut probs, &mut order);
         let top = &order[..c.n_expert_used];
         let wsum: f64 = top.iter().map(|&e| probs[e]).sum();
         let wsum = wsum.max(6.1035e-5);
@@ -857,10 +847,22 @@ fn moe(
         }
     }
 
+    // Prefetch (streaming, one-token steps): the next layer's router applied
+    // to this layer's input predicts its experts; they are read in the
+    // background while this layer computes.
+    let next = match (&model.expert_cache, model.weights.layers.get(il + 1)) {
+        (Some(cache), Some(nl)) if t == 1 && cache.prefetch_enabled() => {
+            let nlog = linear(be, &qmat(f, &nl.moe.router)?, h, t, ex);
+            route_row(&nlog, &mut probs, &mut order);
+            Some(order[..c.n_expert_used].to_vec())
+        }
+        _ => None,
+    };
+
     // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
     let mut y = vec![0f32; t * d];
     if ex || t < EXPERT_GEMM_MIN {
-        routed_small(model, w, h, t, &routes, &mut y, il)?;
+        routed_small(model, w, h, t, &routes, &mut y, il, next.as_deref())?;
     } else {
         // Expert by expert in id order; when streaming, a group of experts
         // that fits the cache's budget is read (in parallel) at a time.
@@ -907,6 +909,21 @@ fn moe(
     Ok(y)
 }
 
+/// Softmax of one token's router logits into `probs` and the experts by
+/// falling probability (ties: lower id first) into `order`.
+fn route_row(row: &[f32], probs: &mut [f64], order: &mut Vec<usize>) {
+    let mx = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0f64;
+    for (p, &l) in probs.iter_mut().zip(row) {
+        *p = ((l - mx) as f64).exp();
+        sum += *p;
+    }
+    probs.iter_mut().for_each(|p| *p /= sum);
+    order.clear();
+    order.extend(0..row.len());
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+}
+
 /// Below this many tokens the routed experts run as one multi-product
 /// region per step (decode); from it on, expert by expert (prefill).
 const EXPERT_GEMM_MIN: usize = 4;
@@ -923,7 +940,8 @@ fn scatter_add(y: &mut [f32], d: usize, toks: &[(usize, f32)], down: &[f32]) {
 
 /// The routed experts of a few tokens: every selected expert's gate and up
 /// products in one `matmul_multi` region, then every down product in a
-/// second; each computed exactly as at batch 1.
+/// second; each computed exactly as at batch 1. `next`: the experts
+/// predicted for layer `il + 1`, prefetched once this layer's are held.
 #[allow(clippy::too_many_arguments)]
 fn routed_small(
     model: &Model,
@@ -933,6 +951,7 @@ fn routed_small(
     routes: &[Vec<(usize, f32)>],
     y: &mut [f32],
     il: usize,
+    next: Option<&[usize]>,
 ) -> Result<(), ModelError> {
     use redlite_backend::MatJob;
     let f = &model.gguf;
@@ -960,6 +979,9 @@ fn routed_small(
         .collect();
     let ids: Vec<usize> = active.iter().map(|&(e, _)| e).collect();
     let held = hold(model, il, &ids)?;
+    if let (Some(cache), Some(next)) = (&model.expert_cache, next) {
+        cache.prefetch(il + 1, next);
+    }
     let mats: Vec<_> = ids
         .iter()
         .enumerate()

@@ -15,6 +15,15 @@ const MODELS: [&str; 3] = [
 ];
 
 fn streamed(name: &str, budget: u64, direct_io: bool) -> Result<Model, redlite_model::ModelError> {
+    streamed_with(name, budget, direct_io, false)
+}
+
+fn streamed_with(
+    name: &str,
+    budget: u64,
+    direct_io: bool,
+    prefetch: bool,
+) -> Result<Model, redlite_model::ModelError> {
     let be = redlite_backend::CpuBackend::new(None).expect("thread pool");
     Model::load_streaming(
         &fixture(name),
@@ -23,7 +32,11 @@ fn streamed(name: &str, budget: u64, direct_io: bool) -> Result<Model, redlite_m
             prefetch: true,
             ..LoadOptions::default()
         },
-        Some(&ExpertCacheOptions { budget, direct_io }),
+        Some(&ExpertCacheOptions {
+            budget,
+            direct_io,
+            prefetch,
+        }),
         &mut |_, _| {},
     )
 }
@@ -191,6 +204,7 @@ fn a_budget_below_one_expert_is_a_clear_error() {
         Some(&ExpertCacheOptions {
             budget: min,
             direct_io: false,
+            prefetch: true,
         }),
         &mut |_, _| {},
     )
@@ -218,4 +232,111 @@ fn direct_io_reads_the_same_bytes() {
     let prompt = prompt_ids(&p, "hello");
     assert!(outputs(&load(name), &prompt) == outputs(&m, &prompt));
     assert!(m.expert_cache_stats().expect("stats").total().misses > 0);
+}
+
+/// With prefetch on (the next layer's predicted experts read in the
+/// background during decode) the outputs are still bit-identical, and the
+/// counters add up: uses = hits + misses, demand bytes = misses × expert
+/// bytes, prefetch bytes = prefetches × expert bytes, every one-token step
+/// scores one prediction of n_expert_used experts per layer but the first.
+#[test]
+fn prefetch_is_bit_identical_and_counted() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "prose");
+    for name in MODELS {
+        let resident = load(name);
+        let min = min_budget(name);
+        for mult in [2, 8] {
+            let m = streamed_with(name, mult * min, false, true)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let cache = m.expert_cache().expect("cache");
+            assert!(cache.prefetch_enabled());
+            let want = outputs(&resident, &prompt);
+            let got = outputs(&m, &prompt);
+            assert!(want.0 == got.0, "{name} ×{mult}: prefill logits differ");
+            assert!(
+                want.1 == got.1,
+                "{name} ×{mult}: token-by-token logits differ"
+            );
+            assert_eq!(want.2, got.2, "{name} ×{mult}: greedy tokens differ");
+            assert!(want.3 == got.3, "{name} ×{mult}: greedy logits differ");
+
+            // Counters over pure decode steps.
+            let c = m.config().clone();
+            let mut st = m.new_state();
+            m.forward(&mut st, &prompt, false).expect("prefill");
+            cache.reset_stats();
+            let n = 12;
+            let mut tok = 1u32;
+            for _ in 0..n {
+                tok = argmax(&m.forward(&mut st, &[tok], false).expect("decode"));
+            }
+            // Let background reads finish before reading the counters.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let s = m.expert_cache_stats().expect("stats");
+            assert!(s.prefetch);
+            for (il, l) in s.layers.iter().enumerate() {
+                let uses = (n * c.n_expert_used) as u64;
+                assert_eq!(l.hits + l.misses, uses, "{name} layer {il}");
+                assert_eq!(l.bytes_read, l.misses * cache.expert_bytes(il));
+                assert_eq!(l.prefetch_bytes, l.prefetches * cache.expert_bytes(il));
+                assert!(l.waits <= l.hits);
+                assert!(l.prediction_hits <= l.predictions);
+                if il == 0 {
+                    assert_eq!(l.predictions, 0, "{name}: layer 0 has no predecessor");
+                    assert_eq!(l.prefetches, 0);
+                } else {
+                    assert_eq!(l.predictions, uses, "{name} layer {il}");
+                }
+            }
+            let t = s.total();
+            assert!(t.prefetches > 0, "{name} ×{mult}: nothing prefetched");
+            assert!(t.prediction_hits > 0, "{name} ×{mult}: no prediction used");
+            println!(
+                "{name} ×{mult}: hit rate {:.3}, prediction accuracy {:.3}, {} prefetched, {} \
+                 waited, {} demand misses",
+                t.hit_rate(),
+                t.prediction_accuracy(),
+                t.prefetches,
+                t.waits,
+                t.misses
+            );
+        }
+    }
+}
+
+/// A prefetch of experts already held or being read reads nothing again;
+/// `get` waits for an expert in flight instead of reading it.
+#[test]
+fn prefetch_in_flight_is_not_read_twice() {
+    let name = "tiny-s-CF2mix.gguf";
+    let m = streamed_with(name, u64::MAX / 2, false, true).expect("load");
+    let cache = m.expert_cache().expect("cache");
+    let n = m.config().n_expert.min(4);
+    let ids: Vec<usize> = (0..n).collect();
+    // Access the Arc through a clone of the model's cache handle.
+    let arc = m.expert_cache_arc().expect("cache");
+    arc.prefetch(1, &ids);
+    arc.prefetch(1, &ids);
+    let got = cache.get(1, &ids).expect("get");
+    assert_eq!(got.len(), n);
+    let l = cache.stats().layers[1];
+    assert_eq!(l.prefetches + l.misses, n as u64, "{l:?}");
+    assert_eq!(l.hits + l.misses, n as u64);
+    assert_eq!(l.predictions, n as u64);
+    assert_eq!(l.prediction_hits, n as u64);
+    // Identical bytes to a demand read.
+    let plain = streamed_with(name, u64::MAX / 2, false, false).expect("load");
+    let want = plain
+        .expert_cache()
+        .expect("cache")
+        .get(1, &ids)
+        .expect("get");
+    for (a, b) in got.iter().zip(&want) {
+        assert!(a.gate() == b.gate() && a.up() == b.up() && a.down() == b.down());
+    }
+    // Off: prefetch does nothing.
+    plain.expert_cache_arc().expect("cache").prefetch(2, &ids);
+    let l = plain.expert_cache_stats().expect("stats").layers[2];
+    assert_eq!((l.prefetches, l.predictions), (0, 0));
 }
