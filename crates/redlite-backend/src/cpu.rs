@@ -256,7 +256,7 @@ fn gemm_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f32]
     }
     XQ.with(|cell| {
         let mut a = cell.borrow_mut();
-        if !a.quantize(x) {
+        if !a.quantize_for_gemm(x) {
             return false;
         }
         let a = &*a;

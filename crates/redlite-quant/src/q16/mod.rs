@@ -82,6 +82,10 @@ impl Q16Act {
     /// buffers. Returns `false` when a value is not finite (the caller then
     /// uses the f32 path).
     pub fn quantize(&mut self, x: &[f32]) -> bool {
+        self.quantize_opt(x, true)
+    }
+
+    fn quantize_opt(&mut self, x: &[f32], planes: bool) -> bool {
         assert!(
             x.len().is_multiple_of(QK),
             "q16: activation length {}",
@@ -96,10 +100,28 @@ impl Q16Act {
             // SAFETY: level() is above Scalar only when the CPU has AVX2,
             // FMA and F16C; the buffers were sized above.
             let finite = unsafe { x86::quantize_avx2(x, &mut self.d, &mut self.q, &mut self.sums) };
-            self.split();
+            if planes {
+                self.split();
+            } else {
+                self.h.clear();
+                self.l.clear();
+            }
             return finite;
         }
-        self.quantize_scalar(x)
+        let finite = self.quantize_scalar(x);
+        if !planes {
+            self.h.clear();
+            self.l.clear();
+        }
+        finite
+    }
+
+    /// [`Q16Act::quantize`] without the byte planes, for the matrix-matrix
+    /// kernel (which reads only `q`): large batches skip that work. The
+    /// planes are left empty, so a dot kernel that needs them refuses the
+    /// buffer (its size check) instead of reading stale values.
+    pub fn quantize_for_gemm(&mut self, x: &[f32]) -> bool {
+        self.quantize_opt(x, false)
     }
 
     /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127).
