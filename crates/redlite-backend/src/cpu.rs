@@ -209,30 +209,37 @@ fn matmul_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f3
         if !a.quantize(x) {
             return false;
         }
-        let a = &*a;
-        if n_tok == 1 {
-            let xv = a.view();
-            y.par_chunks_mut(ROW_TILE).enumerate().for_each(|(ci, ys)| {
-                for (r, yo) in ys.iter_mut().enumerate() {
-                    *yo = (k.dot)(w.row(ci * ROW_TILE + r), xv);
-                }
-            });
-            return true;
-        }
-        let mut yt = vec![0f32; n_out * n_tok];
-        yt.par_chunks_mut(ROW_TILE * n_tok)
-            .enumerate()
-            .for_each(|(ci, ys)| {
-                for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
-                    let row = w.row(ci * ROW_TILE + r);
-                    for (t, yo) in yr.iter_mut().enumerate() {
-                        *yo = (k.dot)(row, a.row(t, n_in));
-                    }
-                }
-            });
-        transpose_into(&yt, n_out, n_tok, y);
+        rows_q16(w, k, &a, n_tok, y);
         true
     })
+}
+
+/// `y = W·x` for quantized activations `a` of `n_tok` vectors, every output
+/// with the type's integer dot (as at batch 1), each weight row read once
+/// for all tokens.
+fn rows_q16(w: &QMat<'_>, k: &Q16Kernels, a: &Q16Act, n_tok: usize, y: &mut [f32]) {
+    let (n_in, n_out) = (w.n_in, w.n_out);
+    if n_tok == 1 {
+        let xv = a.view();
+        y.par_chunks_mut(ROW_TILE).enumerate().for_each(|(ci, ys)| {
+            for (r, yo) in ys.iter_mut().enumerate() {
+                *yo = (k.dot)(w.row(ci * ROW_TILE + r), xv);
+            }
+        });
+        return;
+    }
+    let mut yt = vec![0f32; n_out * n_tok];
+    yt.par_chunks_mut(ROW_TILE * n_tok)
+        .enumerate()
+        .for_each(|(ci, ys)| {
+            for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
+                let row = w.row(ci * ROW_TILE + r);
+                for (t, yo) in yr.iter_mut().enumerate() {
+                    *yo = (k.dot)(row, a.row(t, n_in));
+                }
+            }
+        });
+    transpose_into(&yt, n_out, n_tok, y);
 }
 
 thread_local! {
@@ -333,19 +340,7 @@ fn matmul_multi_q16(jobs: &mut [MatJob<'_, '_>]) {
                 continue;
             };
             if j.n_tok != 1 {
-                let (w, y, n_tok, n_in) = (j.w, &mut *j.y, j.n_tok, j.w.n_in);
-                let mut yt = vec![0f32; w.n_out * n_tok];
-                yt.par_chunks_mut(ROW_TILE * n_tok)
-                    .enumerate()
-                    .for_each(|(ci, ys)| {
-                        for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
-                            let row = w.row(ci * ROW_TILE + r);
-                            for (t, yo) in yr.iter_mut().enumerate() {
-                                *yo = (k.dot)(row, acts[a].row(t, n_in));
-                            }
-                        }
-                    });
-                transpose_into(&yt, w.n_out, n_tok, y);
+                rows_q16(&j.w, k, &acts[a], j.n_tok, j.y);
                 continue;
             }
             for (ci, ys) in j.y.chunks_mut(MULTI_TILE).enumerate() {
@@ -983,6 +978,40 @@ mod tests {
         assert!(QMat::new(GgmlType::I32, 4, 1, &[0u8; 16]).is_err());
     }
 
+    /// The f64 softmax attention of query `qv` over the first `n_keys`
+    /// positions of KV head `kv` (caches `[pos, nkv, hd]`).
+    fn naive_attention(
+        qv: &[f32],
+        k: &[f32],
+        v: &[f32],
+        nkv: usize,
+        kv: usize,
+        n_keys: usize,
+        scale: f64,
+    ) -> Vec<f64> {
+        let hd = qv.len();
+        let sc: Vec<f64> = (0..n_keys)
+            .map(|j| {
+                let kr = &k[(j * nkv + kv) * hd..][..hd];
+                scale
+                    * qv.iter()
+                        .zip(kr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+        (0..hd)
+            .map(|dd| {
+                sc.iter()
+                    .enumerate()
+                    .map(|(j, x)| (x - m).exp() / z * v[(j * nkv + kv) * hd + dd] as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
     #[test]
     fn attention_matches_naive_softmax() {
         let be = backend();
@@ -1010,24 +1039,9 @@ mod tests {
             for h in 0..nh {
                 let kv = h / 2;
                 let qv = &q[(tt * nh + h) * hd..][..hd];
-                let sc: Vec<f64> = (0..=pos0 + tt)
-                    .map(|j| {
-                        let kr = &k[(j * nkv + kv) * hd..][..hd];
-                        0.25 * qv
-                            .iter()
-                            .zip(kr)
-                            .map(|(a, b)| *a as f64 * *b as f64)
-                            .sum::<f64>()
-                    })
-                    .collect();
-                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+                let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + tt + 1, 0.25);
                 for dd in 0..hd {
-                    let e: f64 = sc
-                        .iter()
-                        .enumerate()
-                        .map(|(j, x)| (x - m).exp() / z * v[(j * nkv + kv) * hd + dd] as f64)
-                        .sum();
+                    let e = want[dd];
                     let got = out[(tt * nh + h) * hd + dd] as f64;
                     assert!((got - e).abs() < 1e-5, "t{tt} h{h} d{dd}: {got} vs {e}");
                 }
@@ -1066,24 +1080,9 @@ mod tests {
             let kv = h / (nh / nkv);
             let general = attn_block(&s, &q, &k, &v, h, 0, 1);
             let qv = &q[h * hd..][..hd];
-            let sc: Vec<f64> = (0..=pos0)
-                .map(|j| {
-                    let kr = &k[(j * nkv + kv) * hd..][..hd];
-                    0.2 * qv
-                        .iter()
-                        .zip(kr)
-                        .map(|(a, b)| *a as f64 * *b as f64)
-                        .sum::<f64>()
-                })
-                .collect();
-            let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+            let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + 1, 0.2);
             for dd in 0..hd {
-                let e: f64 = sc
-                    .iter()
-                    .enumerate()
-                    .map(|(j, x)| (x - m).exp() / z * v[(j * nkv + kv) * hd + dd] as f64)
-                    .sum();
+                let e = want[dd];
                 let got = out[h * hd + dd] as f64;
                 assert!((got - e).abs() < 1e-5, "h{h} d{dd}: {got} vs {e}");
                 assert!(

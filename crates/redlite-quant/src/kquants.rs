@@ -438,10 +438,11 @@ pub(crate) mod simd {
         _mm256_loadu_si256(p.as_ptr() as *const __m256i)
     }
 
-    /// `16` in the bytes of `v` whose bit `bit` is set, else 0 (times `val`).
+    /// `val` in the bytes of `v` whose bit `bit` is set, else 0 (also the
+    /// fifth bit of Q5_K in the integer kernels).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn bit_to(v: __m256i, bit: u8, val: i8) -> __m256i {
+    pub(crate) unsafe fn bit_to(v: __m256i, bit: u8, val: i8) -> __m256i {
         let m = _mm256_set1_epi8(bit as i8);
         _mm256_and_si256(
             _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m),

@@ -178,16 +178,8 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         "Largest context (prompt + reply) seen.",
         app.metrics.context_max.load(Ordering::Relaxed).to_string(),
     );
-    let _ = writeln!(
-        o,
-        "# HELP redlite_state_restores_total Requests that resumed from a snapshot (hit) or started fresh (miss).\n# TYPE redlite_state_restores_total counter\nredlite_state_restores_total{{result=\"hit\"}} {}\nredlite_state_restores_total{{result=\"miss\"}} {}",
-        s.snapshot_restores_hit, s.snapshot_restores_miss
-    );
     if let Some(ec) = app.model.expert_cache_stats() {
         let t = ec.total();
-        let mut g = |name: &str, kind: &str, help: &str, v: String| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-        };
         g(
             "redlite_expert_cache_budget_bytes",
             "gauge",
@@ -238,6 +230,11 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
             }
         }
     }
+    let _ = writeln!(
+        o,
+        "# HELP redlite_state_restores_total Requests that resumed from a snapshot (hit) or started fresh (miss).\n# TYPE redlite_state_restores_total counter\nredlite_state_restores_total{{result=\"hit\"}} {}\nredlite_state_restores_total{{result=\"miss\"}} {}",
+        s.snapshot_restores_hit, s.snapshot_restores_miss
+    );
     let _ = writeln!(
         o,
         "# HELP redlite_requests_total Finished HTTP requests.\n# TYPE redlite_requests_total counter"

@@ -916,73 +916,9 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{random_blocks, random_x, TYPES};
     use super::super::{dot_unpacked_scalar, kernels, kernels_at};
     use super::*;
-
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        }
-    }
-
-    /// Random blocks with sane f16 scales (as in `q16::tests`).
-    fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
-        let mut r = rng(seed);
-        let ts = ty.type_size();
-        let per = QK / ty.block_size();
-        let mut v: Vec<u8> = (0..n * per * ts).map(|_| r() as u8).collect();
-        let f16s: &[usize] = match ty {
-            GgmlType::Q8_0 => &[0],
-            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-            GgmlType::Q6_K => &[208],
-            GgmlType::IQ2_XS => &[0],
-            _ => &[],
-        };
-        for blk in v.chunks_exact_mut(ts) {
-            for &o in f16s {
-                let val = ((r() % 2000) as f32 / 1000.0 - 1.0) * 0.01;
-                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(val).to_bits().to_le_bytes());
-            }
-            if ty == GgmlType::IQ1_M {
-                let bits = half::f16::from_f32(0.003 + (r() % 100) as f32 * 1e-4).to_bits();
-                for (i, o) in [48usize, 50, 52, 54].iter().enumerate() {
-                    let w = u16::from_le_bytes([blk[*o], blk[o + 1]]);
-                    let w = (w & 0x0fff) | (((bits >> (4 * i)) & 0xf) << 12);
-                    blk[*o..o + 2].copy_from_slice(&w.to_le_bytes());
-                }
-            }
-        }
-        v
-    }
-
-    fn random_x(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = rng(seed);
-        (0..n)
-            .map(|i| {
-                let v = (r() % 20001) as f32 / 10000.0 - 1.0;
-                if i % 97 == 0 {
-                    v * 40.0
-                } else {
-                    v
-                }
-            })
-            .collect()
-    }
-
-    const TYPES: [GgmlType; 6] = [
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ2_XS,
-        GgmlType::IQ1_M,
-    ];
 
     const LEVELS: [Q16Level; 4] = [
         Q16Level::Scalar,

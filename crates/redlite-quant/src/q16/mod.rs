@@ -86,6 +86,28 @@ impl Q16Act {
     }
 
     fn quantize_opt(&mut self, x: &[f32], planes: bool) -> bool {
+        self.size_for(x);
+        #[cfg(target_arch = "x86_64")]
+        let finite = if level() != Q16Level::Scalar {
+            // SAFETY: level() is above Scalar only when the CPU has AVX2,
+            // FMA and F16C; the buffers were sized above.
+            unsafe { x86::quantize_avx2(x, &mut self.d, &mut self.q, &mut self.sums) }
+        } else {
+            self.quantize_blocks_scalar(x)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let finite = self.quantize_blocks_scalar(x);
+        if planes {
+            self.split();
+        } else {
+            self.h.clear();
+            self.l.clear();
+        }
+        finite
+    }
+
+    /// Size the buffers for `x` (a whole number of 256-value blocks).
+    fn size_for(&mut self, x: &[f32]) {
         assert!(
             x.len().is_multiple_of(QK),
             "q16: activation length {}",
@@ -95,25 +117,6 @@ impl Q16Act {
         self.d.resize(nb, 0.0);
         self.q.resize(x.len(), 0);
         self.sums.resize(nb * 8, 0);
-        #[cfg(target_arch = "x86_64")]
-        if level() != Q16Level::Scalar {
-            // SAFETY: level() is above Scalar only when the CPU has AVX2,
-            // FMA and F16C; the buffers were sized above.
-            let finite = unsafe { x86::quantize_avx2(x, &mut self.d, &mut self.q, &mut self.sums) };
-            if planes {
-                self.split();
-            } else {
-                self.h.clear();
-                self.l.clear();
-            }
-            return finite;
-        }
-        let finite = self.quantize_scalar(x);
-        if !planes {
-            self.h.clear();
-            self.l.clear();
-        }
-        finite
     }
 
     /// [`Q16Act::quantize`] without the byte planes, for the matrix-matrix
@@ -139,15 +142,14 @@ impl Q16Act {
 
     /// The scalar twin of [`Q16Act::quantize`] (same results bit for bit).
     pub fn quantize_scalar(&mut self, x: &[f32]) -> bool {
-        assert!(
-            x.len().is_multiple_of(QK),
-            "q16: activation length {}",
-            x.len()
-        );
-        let nb = x.len() / QK;
-        self.d.resize(nb, 0.0);
-        self.q.resize(x.len(), 0);
-        self.sums.resize(nb * 8, 0);
+        self.size_for(x);
+        let finite = self.quantize_blocks_scalar(x);
+        self.split();
+        finite
+    }
+
+    /// The scalar quantizer proper (buffers already sized; no byte planes).
+    fn quantize_blocks_scalar(&mut self, x: &[f32]) -> bool {
         let mut finite = true;
         for (b, xs) in x.chunks_exact(QK).enumerate() {
             let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -169,7 +171,6 @@ impl Q16Act {
                 self.sums[b * 8 + j] = qs[32 * j..32 * (j + 1)].iter().map(|&v| v as i32).sum();
             }
         }
-        self.split();
         finite
     }
 
@@ -535,7 +536,6 @@ pub(crate) mod x86 {
         let bytes = if FIVE { 176 } else { 144 };
         let nb = data.len() / bytes;
         let m4 = _mm256_set1_epi8(0x0F);
-        let b16 = _mm256_set1_epi8(16);
         let mut acc = _mm256_setzero_ps();
         let mut accm = _mm256_setzero_ps();
         for b in 0..nb {
@@ -559,12 +559,10 @@ pub(crate) mod x86 {
                 let mut lo = _mm256_and_si256(v, m4);
                 let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
                 if FIVE {
-                    let bit = |k: i32| {
-                        let m = _mm256_set1_epi8(1i8 << k);
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, m), m), b16)
-                    };
-                    lo = _mm256_or_si256(lo, bit(2 * j as i32));
-                    hi = _mm256_or_si256(hi, bit(2 * j as i32 + 1));
+                    // The fifth bit of sub-block k: bit k of qh, as 16.
+                    let bit = |k: usize| crate::kquants::simd::bit_to(qh, 1 << k, 16);
+                    lo = _mm256_or_si256(lo, bit(2 * j));
+                    hi = _mm256_or_si256(hi, bit(2 * j + 1));
                 }
                 for (k, q) in [(2 * j, lo), (2 * j + 1, hi)] {
                     let s = _mm256_set1_epi16(sc[k] as i16);
@@ -924,7 +922,7 @@ mod simd_k;
 mod tests {
     use super::*;
 
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
+    pub(super) fn rng(seed: u64) -> impl FnMut() -> u64 {
         let mut s = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -936,8 +934,9 @@ mod tests {
         }
     }
 
-    /// Random blocks with sane f16 scales (exponent kept small).
-    fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+    /// Random blocks with sane f16 scales (exponent kept small); also used
+    /// by the gemm tests.
+    pub(super) fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
         let mut r = rng(seed);
         let ts = ty.type_size();
         let per = QK / ty.block_size();
@@ -968,7 +967,7 @@ mod tests {
         v
     }
 
-    const TYPES: [GgmlType; 6] = [
+    pub(super) const TYPES: [GgmlType; 6] = [
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q5_K,
@@ -1028,7 +1027,7 @@ mod tests {
         }
     }
 
-    fn random_x(n: usize, seed: u64) -> Vec<f32> {
+    pub(super) fn random_x(n: usize, seed: u64) -> Vec<f32> {
         let mut r = rng(seed);
         (0..n)
             .map(|i| {

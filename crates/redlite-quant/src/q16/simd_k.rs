@@ -8,6 +8,7 @@
 
 use super::Unpacked;
 use crate::kquants::scale_min_k4;
+use crate::kquants::simd::bit_to;
 use crate::util::f16_ptr;
 use std::arch::x86_64::*;
 
@@ -88,20 +89,16 @@ pub unsafe fn unpack_q5_k(blk: &[u8], u: &mut Unpacked) {
     let (sc, m) = scale_min_k4(&blk[4..16]);
     scales_k(u, f16_ptr(p), f16_ptr(p.add(2)), &m);
     let m4 = _mm256_set1_epi8(0x0F);
-    let b16 = _mm256_set1_epi8(16);
     let qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
     // The fifth bit of sub-block k: bit k of qh, moved to bit 4.
-    let hbit = |k: i32| {
-        let bit = _mm256_set1_epi8(1i8 << k);
-        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), b16)
-    };
+    let hbit = |k: usize| bit_to(qh, 1 << k, 16);
     let w = u.w.as_mut_ptr();
     for j in 0..4 {
         let v = _mm256_loadu_si256(p.add(48 + 32 * j) as *const __m256i);
-        let lo = _mm256_or_si256(_mm256_and_si256(v, m4), hbit(2 * j as i32));
+        let lo = _mm256_or_si256(_mm256_and_si256(v, m4), hbit(2 * j));
         let hi = _mm256_or_si256(
             _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-            hbit(2 * j as i32 + 1),
+            hbit(2 * j + 1),
         );
         put32_u8(w.add(64 * j), lo, _mm256_set1_epi16(sc[2 * j] as i16));
         put32_u8(
