@@ -1,1 +1,2 @@
 //! CUDA backend (skeleton).
+pub mod dequant_src;

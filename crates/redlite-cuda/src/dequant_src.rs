@@ -1,0 +1,201 @@
+//! Source text of the block dequantizers shared by the CUDA kernels.
+//!
+//! [`dequant_source`] assembles what a kernel source starts with: a
+//! portability prelude (the same text compiles under NVRTC, nvcc and a host
+//! C++ compiler), the IQ lookup tables generated from
+//! [`redlite_quant::iq_tables`], and `kernels/dequant.cuh`, which defines for
+//! every supported type `T` the block geometry `QK_T` / `BS_T` and
+//! `dq8_T(blk, c, v)`: values `8c .. 8c+7` of the block at `blk`, bit-identical
+//! to redlite_quant's scalar dequantizer. `REDLITE_DQ_TYPES(X)` lists the
+//! types as `X(T, ggml type id)`.
+//!
+//! Kernels must be compiled without FMA contraction (NVRTC `--fmad=false`)
+//! for the results to stay bit-exact.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use redlite_gguf::GgmlType;
+use redlite_quant::iq4::KVALUES_IQ4NL;
+use redlite_quant::iq_tables::{
+    kmask_iq2xs, ksigns_iq2xs, IQ1M_DELTA, IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID,
+    IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
+};
+
+/// The device functions (see the module documentation).
+pub const DEQUANT_CUH: &str = include_str!("../kernels/dequant.cuh");
+
+/// Portable definitions the header relies on: fixed-width integers (NVRTC
+/// has no `<stdint.h>`), the CUDA qualifiers as no-ops on a host compiler,
+/// f32 bit casts, `RL_UNROLL` (full unrolling of the 8-value loops) and `RL_TABLE` for the lookup tables (`__device__ const` on
+/// the GPU, `static const` on the host).
+const PRELUDE: &str = r#"// ---- redlite dequant prelude ----
+#ifndef REDLITE_DQ_PRELUDE
+#define REDLITE_DQ_PRELUDE
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#else
+#include <stdint.h>
+#endif
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define RL_TABLE __device__ const
+#define RL_UNROLL _Pragma("unroll")
+__device__ __forceinline__ float rl_as_f32(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ uint32_t rl_f32_bits(float f) { return __float_as_uint(f); }
+#else
+#include <string.h>
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define RL_TABLE static const
+#define RL_UNROLL _Pragma("GCC unroll 8")
+static inline float rl_as_f32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static inline uint32_t rl_f32_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+#endif
+#endif
+"#;
+
+/// Prelude, tables and `dequant.cuh`: the text to put before a kernel that
+/// calls the `dq8_*` functions.
+pub fn dequant_source() -> String {
+    static SRC: OnceLock<String> = OnceLock::new();
+    SRC.get_or_init(|| {
+        let mut s = String::with_capacity(160 * 1024);
+        s.push_str(PRELUDE);
+        s.push_str("// ---- lookup tables (generated from redlite_quant::iq_tables) ----\n");
+        s.push_str("#ifndef REDLITE_DQ_TABLES\n#define REDLITE_DQ_TABLES\n");
+        table(&mut s, "uint64_t", "rl_iq2xxs_grid", &IQ2XXS_GRID, hex64);
+        table(&mut s, "uint64_t", "rl_iq2xs_grid", &IQ2XS_GRID, hex64);
+        table(&mut s, "uint64_t", "rl_iq2s_grid", &IQ2S_GRID, hex64);
+        table(&mut s, "uint32_t", "rl_iq3xxs_grid", &IQ3XXS_GRID, hex32);
+        table(&mut s, "uint32_t", "rl_iq3s_grid", &IQ3S_GRID, hex32);
+        table(&mut s, "uint64_t", "rl_iq1s_grid", &IQ1S_GRID, hex64);
+        table(&mut s, "uint8_t", "rl_ksigns_iq2xs", &ksigns_iq2xs, |v| {
+            format!("0x{v:02x}")
+        });
+        table(&mut s, "uint8_t", "rl_kmask_iq2xs", &kmask_iq2xs, |v| {
+            format!("0x{v:02x}")
+        });
+        table(&mut s, "int8_t", "rl_kvalues_iq4nl", &KVALUES_IQ4NL, |v| {
+            v.to_string()
+        });
+        let _ = writeln!(
+            s,
+            "#define RL_IQ1S_DELTA_BITS 0x{:08x}u\n#define RL_IQ1M_DELTA_BITS 0x{:08x}u",
+            IQ1S_DELTA.to_bits(),
+            IQ1M_DELTA.to_bits()
+        );
+        s.push_str("#endif\n// ---- dequant.cuh ----\n");
+        s.push_str(DEQUANT_CUH);
+        s
+    })
+    .clone()
+}
+
+fn hex64(v: &u64) -> String {
+    format!("0x{v:016x}ull")
+}
+
+fn hex32(v: &u32) -> String {
+    format!("0x{v:08x}u")
+}
+
+/// `RL_TABLE ty name[N] = { ... };`, eight entries a line.
+fn table<T>(s: &mut String, ty: &str, name: &str, vals: &[T], fmt: impl Fn(&T) -> String) {
+    let _ = writeln!(s, "RL_TABLE {ty} {name}[{}] = {{", vals.len());
+    for row in vals.chunks(8) {
+        let line: Vec<String> = row.iter().map(&fmt).collect();
+        let _ = writeln!(s, "    {},", line.join(", "));
+    }
+    s.push_str("};\n");
+}
+
+/// The `T` of `dq8_T` / `QK_T` / `BS_T` for `t`, or `None` if the header has
+/// no dequantizer for it.
+pub fn type_suffix(t: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    Some(match t {
+        F32 => "F32",
+        F16 => "F16",
+        BF16 => "BF16",
+        Q4_0 => "Q4_0",
+        Q4_1 => "Q4_1",
+        Q5_0 => "Q5_0",
+        Q5_1 => "Q5_1",
+        Q8_0 => "Q8_0",
+        Q2_K => "Q2_K",
+        Q3_K => "Q3_K",
+        Q4_K => "Q4_K",
+        Q5_K => "Q5_K",
+        Q6_K => "Q6_K",
+        IQ1_S => "IQ1_S",
+        IQ1_M => "IQ1_M",
+        IQ2_XXS => "IQ2_XXS",
+        IQ2_XS => "IQ2_XS",
+        IQ2_S => "IQ2_S",
+        IQ3_XXS => "IQ3_XXS",
+        IQ3_S => "IQ3_S",
+        IQ4_NL => "IQ4_NL",
+        IQ4_XS => "IQ4_XS",
+        _ => return None,
+    })
+}
+
+/// Whether `dequant.cuh` has a `dq8_*` function for `t`.
+pub fn type_supported(t: GgmlType) -> bool {
+    type_suffix(t).is_some()
+}
+
+/// `(QK_T, BS_T)` of a supported type: values and bytes of one block as the
+/// header counts them (the plain float types F32 / F16 / BF16 use blocks of
+/// 8 values), or `None` if `t` is not supported.
+pub fn dq_block_shape(t: GgmlType) -> Option<(usize, usize)> {
+    type_suffix(t)?;
+    Some(match t {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (8, 8 * t.type_size()),
+        _ => (t.block_size(), t.type_size()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x_macro_matches_the_supported_types() {
+        let src = dequant_source();
+        let start = src
+            .find("#define REDLITE_DQ_TYPES(X)")
+            .expect("X-macro present");
+        let body = &src[start..];
+        let mut n = 0;
+        for t in GgmlType::ALL {
+            let Some(sfx) = type_suffix(t) else { continue };
+            n += 1;
+            assert!(
+                body.contains(&format!("X({sfx}, {})", t.id())),
+                "X({sfx}, {}) missing from REDLITE_DQ_TYPES",
+                t.id()
+            );
+            let (qk, bs) = dq_block_shape(t).expect("supported");
+            assert!(
+                src.contains(&format!("#define QK_{sfx} {qk}\n")),
+                "QK_{sfx}"
+            );
+            assert!(
+                src.contains(&format!("#define BS_{sfx} {bs}\n")),
+                "BS_{sfx}"
+            );
+            assert!(src.contains(&format!("void dq8_{sfx}(")), "dq8_{sfx}");
+        }
+        assert_eq!(n, 22);
+        assert_eq!(body.matches("    X(").count(), n);
+    }
+}
