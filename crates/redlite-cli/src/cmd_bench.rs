@@ -294,10 +294,16 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         "int16"
     };
-    let kernels = format!(
-        "{isa}, {activations} activations ({:?})",
-        redlite_quant::q16::level()
-    );
+    let on_gpu = model.device().is_some();
+    let activations = if on_gpu { "f32" } else { activations };
+    let kernels = if on_gpu {
+        model.device_name()
+    } else {
+        format!(
+            "{isa}, {activations} activations ({:?})",
+            redlite_quant::q16::level()
+        )
+    };
     eprintln!(
         "loaded {} in {:.2}s (resident {}; {} layers, {} experts top-{}, vocab {}, {} threads, {kernels})",
         args.model.display(),
@@ -316,7 +322,7 @@ pub fn run(args: Args) -> Result<()> {
         model.new_state()
     } else {
         match args.fill_state {
-            FillState::Random => State::fill_random(&c, depth, args.seed),
+            FillState::Random => model.random_state(depth, args.seed)?,
             FillState::Prefill => {
                 eprintln!("filling {depth} positions of context with a prefill");
                 let mut st = model.new_state();
@@ -405,7 +411,8 @@ pub fn run(args: Args) -> Result<()> {
         let decode = n_gen > 0;
         let mut v = json!({
             "cpu_info": cpu_info(),
-            "backends": "CPU",
+            "backends": if on_gpu { "CUDA" } else { "CPU" },
+            "redlite_device": model.device_name(),
             "model_filename": filename,
             "model_type": model_type,
             "model_size": model_size,
@@ -413,7 +420,7 @@ pub fn run(args: Args) -> Result<()> {
             "n_batch": args.batch,
             "n_ubatch": args.batch,
             "n_threads": loaded.threads,
-            "n_gpu_layers": 0,
+            "n_gpu_layers": if on_gpu { c.n_layer + 1 } else { 0 },
             "type_k": "f32",
             "type_v": "f32",
             "use_mmap": !args.load.no_mmap,
@@ -480,6 +487,11 @@ pub fn run(args: Args) -> Result<()> {
             .to_string(),
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |".to_string(),
     ];
+    let backend = if on_gpu {
+        model.device_name()
+    } else {
+        format!("CPU ({isa}, {activations})")
+    };
     for (kind, n, s, _) in &tests {
         let (avg, sd) = s.ts();
         let at = if depth > 0 {
@@ -488,7 +500,7 @@ pub fn run(args: Args) -> Result<()> {
             String::new()
         };
         lines.push(format!(
-            "| {name} | {} | {} | CPU ({isa}, {activations}) | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {} | {} | {backend} | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
             gib(model_size),
             human_count(n_params),
             loaded.threads,

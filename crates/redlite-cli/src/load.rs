@@ -51,6 +51,37 @@ pub struct LoadArgs {
     /// the background while the layer computes (outputs are unchanged).
     #[arg(long, help_heading = "Loading")]
     pub no_expert_prefetch: bool,
+    /// Where the forward pass runs: `cpu`, `cuda` (device 0), `cuda:N`, or `auto` (the
+    /// default: the first CUDA device when one can be used, else the CPU). On CUDA the
+    /// weights are uploaded in their stored format and activations are f32; the kernels
+    /// are compiled by NVRTC at first use and cached (REDLITE_CUDA_CACHE).
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device, help_heading = "Kernels")]
+    pub device: Device,
+}
+
+/// Where the forward pass runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    #[default]
+    Auto,
+    Cpu,
+    Cuda(usize),
+}
+
+/// `cpu`, `cuda`, `cuda:N` or `auto`.
+pub fn parse_device(s: &str) -> Result<Device, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(Device::Auto),
+        "cpu" => Ok(Device::Cpu),
+        "cuda" | "gpu" => Ok(Device::Cuda(0)),
+        other => match other.strip_prefix("cuda:") {
+            Some(n) => n
+                .parse()
+                .map(Device::Cuda)
+                .map_err(|_| format!("{s:?}: the device number must be an integer (cuda:0)")),
+            None => Err(format!("{s:?}: use cpu, cuda, cuda:N or auto")),
+        },
+    }
 }
 
 /// A byte size: a number (fractions allowed) with an optional unit: `K`, `M`,
@@ -185,6 +216,41 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             eprintln!("warning: {w}");
         }
         eprintln!("{}", residency_line(&model));
+    }
+    let mut model = model;
+    let cuda = match args.device {
+        Device::Cpu => None,
+        Device::Cuda(n) => Some(n),
+        Device::Auto if model.expert_cache().is_some() => None,
+        Device::Auto => redlite_cuda::available().then_some(0),
+    };
+    if let Some(n) = cuda {
+        if args.f32_activations {
+            eprintln!("note: --f32-activations: CUDA activations are always f32");
+        }
+        let t_up = Instant::now();
+        let layers = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        layers.set_style(
+            ProgressStyle::with_template("uploading to cuda:{msg} {bar:40} {pos}/{len} layers")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        layers.set_message(n.to_string());
+        let r = redlite_cuda::attach(&mut model, n, &mut |done, total| {
+            layers.set_length(total as u64);
+            layers.set_position(done as u64);
+        });
+        layers.finish_and_clear();
+        r.with_context(|| {
+            format!(
+                "putting {} on cuda:{n} (use --device cpu to run on the CPU)",
+                path.display()
+            )
+        })?;
+        eprintln!(
+            "device: {} (weights uploaded in {:.1} s)",
+            model.device_name(),
+            t_up.elapsed().as_secs_f64()
+        );
     }
     Ok(Loaded {
         model,

@@ -148,6 +148,15 @@ pub fn type_suffix(t: GgmlType) -> Option<&'static str> {
     })
 }
 
+/// Every suffix the header defines (the kernels built per type).
+pub fn all_suffixes() -> &'static [&'static str] {
+    &[
+        "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
+        "Q5_K", "Q6_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+        "IQ4_NL", "IQ4_XS",
+    ]
+}
+
 /// Whether `dequant.cuh` has a `dq8_*` function for `t`.
 pub fn type_supported(t: GgmlType) -> bool {
     type_suffix(t).is_some()

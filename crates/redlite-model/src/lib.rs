@@ -16,12 +16,14 @@ pub use redlite_gguf::LoadOptions;
 use redlite_gguf::{GgufError, GgufFile};
 
 mod config;
+mod device;
 mod expert_cache;
 mod qwen3next;
 mod rope;
-mod weights;
+pub mod weights;
 
 pub use config::Config;
+pub use device::{DeviceForward, DeviceState};
 pub use expert_cache::{
     ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats, ExpertEntry,
 };
@@ -94,6 +96,8 @@ pub struct Model {
     backend: Arc<dyn Backend>,
     /// The routed experts read on demand, when streaming them.
     expert_cache: Option<Arc<ExpertCache>>,
+    /// The device the forward pass runs on, when not the CPU backend.
+    device: Option<Arc<dyn DeviceForward>>,
 }
 
 /// Where a model's weights live: resident (mapped and brought in) or
@@ -231,6 +235,7 @@ impl Model {
             rope_override: None,
             backend,
             expert_cache: None,
+            device: None,
         })
     }
 
@@ -247,10 +252,55 @@ impl Model {
         self.backend.as_ref()
     }
 
+    /// Run every forward pass on `device` from now on (states made before
+    /// are refused). The mapped file stays open for the tokenizer and
+    /// metadata; the device holds its own copy of the weights.
+    pub fn attach_device(&mut self, device: Arc<dyn DeviceForward>) {
+        self.device = Some(device);
+    }
+
+    /// The device the forward pass runs on, if not the CPU.
+    pub fn device(&self) -> Option<&dyn DeviceForward> {
+        self.device.as_deref()
+    }
+
+    /// Where the forward pass runs, in words.
+    pub fn device_name(&self) -> String {
+        match &self.device {
+            Some(d) => d.name(),
+            None => self.backend.name(),
+        }
+    }
+
     /// A fresh per-sequence state (position 0, zero recurrent/conv state,
-    /// empty KV cache).
+    /// empty KV cache), on the model's device.
     pub fn new_state(&self) -> State {
-        State::new(&self.config)
+        match &self.device {
+            Some(d) => State::on_device(d.new_state()),
+            None => State::new(&self.config),
+        }
+    }
+
+    /// A state at depth `pos` filled with random data of realistic
+    /// magnitude ([`State::fill_random`]), on the model's device.
+    pub fn random_state(&self, pos: usize, seed: u64) -> Result<State, ModelError> {
+        match &self.device {
+            Some(d) => Ok(State::on_device(d.fill_random(pos, seed)?)),
+            None => Ok(State::fill_random(&self.config, pos, seed)),
+        }
+    }
+
+    /// The RoPE pair table: `(extrapolated θ base, interpolated θ base, mix)`
+    /// per rotated pair and the magnitude scale; the angle of pair `i` at
+    /// position `p` is `p·interp·(1−mix) + p·extrap·mix` (computed in f64).
+    pub fn rope_table(&self) -> (Vec<(f64, f64, f64)>, f64) {
+        self.rope.table()
+    }
+
+    /// The validated weight layout (tensor indices, byte ranges, shapes), for
+    /// a device to upload.
+    pub fn weights(&self) -> &weights::Weights {
+        &self.weights
     }
 
     /// Feed `tokens` (one batch) at the state's position and advance it.

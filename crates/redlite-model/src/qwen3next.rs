@@ -30,11 +30,25 @@ enum LayerState {
 }
 
 /// The state of one sequence: position, DeltaNet conv/recurrent states and
-/// the attention KV cache (f32). Cloning forks the sequence.
-#[derive(Clone, Debug)]
+/// the attention KV cache (f32), on the host or, for a model running on a
+/// device, in device memory. Cloning forks the sequence.
+#[derive(Debug)]
 pub struct State {
     pos: usize,
     layers: Vec<LayerState>,
+    /// The device-held state, when the model runs on a device (then
+    /// `layers` is empty and `pos` unused).
+    pub(crate) dev: Option<Box<dyn crate::DeviceState>>,
+}
+
+impl Clone for State {
+    fn clone(&self) -> State {
+        State {
+            pos: self.pos,
+            layers: self.layers.clone(),
+            dev: self.dev.as_ref().map(|d| d.fork()),
+        }
+    }
 }
 
 impl State {
@@ -56,12 +70,33 @@ impl State {
                 }
             })
             .collect();
-        State { pos: 0, layers }
+        State {
+            pos: 0,
+            layers,
+            dev: None,
+        }
+    }
+
+    /// A state held by a device.
+    pub(crate) fn on_device(dev: Box<dyn crate::DeviceState>) -> State {
+        State {
+            pos: 0,
+            layers: Vec::new(),
+            dev: Some(dev),
+        }
+    }
+
+    /// Whether the state lives in device memory.
+    pub fn is_on_device(&self) -> bool {
+        self.dev.is_some()
     }
 
     /// Tokens consumed so far (the position of the next token).
     pub fn pos(&self) -> usize {
-        self.pos
+        match &self.dev {
+            Some(d) => d.pos(),
+            None => self.pos,
+        }
     }
 
     /// A copy of this state that evolves independently: a snapshot to
@@ -133,6 +168,9 @@ impl State {
 
     /// Bytes held: conv and recurrent states plus the KV cache up to `pos`.
     pub fn bytes(&self) -> usize {
+        if let Some(d) = &self.dev {
+            return d.bytes();
+        }
         self.layers
             .iter()
             .map(|l| match l {
@@ -235,12 +273,14 @@ impl Segs<'_> {
 /// The DeltaNet conv and recurrent states after each token of an exact
 /// multi-token forward ([`crate::Model::forward_verify`]), so the sequence
 /// can be rolled back to any of those positions.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Trail {
     pos0: usize,
     n: usize,
     /// `[layer][token]` → (conv, ssm); empty for attention layers.
     layers: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+    /// A device's saved recurrent states after each token.
+    dev: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Trail {
@@ -265,13 +305,19 @@ impl State {
     /// set to what they were after token `keep`. The result is the state that
     /// feeding just those tokens would have produced, bit for bit.
     pub fn rollback(&mut self, trail: &Trail, keep: usize) -> Result<(), ModelError> {
-        if self.pos != trail.pos0 + trail.n || keep == 0 || keep > trail.n {
+        if self.pos() != trail.pos0 + trail.n || keep == 0 || keep > trail.n {
             return Err(ModelError::Input(format!(
                 "rollback to {keep} of {} verified tokens from position {} does not fit a state at {}",
                 trail.n, trail.pos0, self.pos
             )));
         }
         let pos = trail.pos0 + keep;
+        if let Some(d) = &mut self.dev {
+            let saved = trail.dev.get(keep - 1).ok_or_else(|| {
+                ModelError::Input("the trail was not made on this state's device".into())
+            })?;
+            return d.restore_recurrent(saved.as_ref(), pos);
+        }
         for (l, saved) in self.layers.iter_mut().zip(&trail.layers) {
             match l {
                 LayerState::DeltaNet { conv, ssm } => {
@@ -402,6 +448,16 @@ pub(crate) fn forward(
     if tokens.is_empty() {
         return Err(ModelError::Input("forward called with no tokens".into()));
     }
+    if let Some(dev) = &model.device {
+        if trace.is_some() {
+            return Err(ModelError::Input(format!(
+                "intermediate tensors cannot be traced on {} (use the CPU)",
+                dev.name()
+            )));
+        }
+        check_tokens(model, tokens)?;
+        return dev.forward(device_state(state)?, tokens, all_logits);
+    }
     forward_segments(
         model,
         &mut [state],
@@ -429,8 +485,44 @@ pub(crate) fn forward_batch(
             states.len()
         )));
     }
+    if let Some(dev) = &model.device {
+        // One sequence after another: each row is its sequence's own decode step.
+        check_tokens(model, tokens)?;
+        let mut out = Vec::with_capacity(tokens.len() * model.config.vocab_size);
+        for (st, &tok) in states.iter_mut().zip(tokens) {
+            out.extend(dev.forward(device_state(st)?, &[tok], false)?);
+        }
+        return Ok(out);
+    }
     let lens = vec![1; tokens.len()];
     forward_segments(model, states, tokens, &lens, false, None, true, None)
+}
+
+/// The device part of a state made for a model on a device.
+fn device_state(state: &mut State) -> Result<&mut dyn crate::DeviceState, ModelError> {
+    match state.dev.as_deref_mut() {
+        Some(d) => Ok(d),
+        None => Err(ModelError::Input(
+            "this state was made for the CPU but the model runs on a device".into(),
+        )),
+    }
+}
+
+/// Every token id inside the vocabulary.
+fn check_tokens(model: &Model, tokens: &[u32]) -> Result<(), ModelError> {
+    let vocab = model.config.vocab_size;
+    match tokens
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= vocab)
+    {
+        Some((index, &token)) => Err(ModelError::Token {
+            token,
+            index,
+            vocab,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Feed `tokens` to one sequence computing each exactly as a decode step
@@ -443,10 +535,28 @@ pub(crate) fn forward_verify(
     if tokens.is_empty() {
         return Err(ModelError::Input("verify called with no tokens".into()));
     }
+    if let Some(dev) = &model.device {
+        // Token by token, saving the recurrent states after each.
+        check_tokens(model, tokens)?;
+        let st = device_state(state)?;
+        let mut trail = Trail {
+            pos0: st.pos(),
+            n: tokens.len(),
+            layers: Vec::new(),
+            dev: Vec::with_capacity(tokens.len()),
+        };
+        let mut logits = Vec::with_capacity(tokens.len() * model.config.vocab_size);
+        for &tok in tokens {
+            logits.extend(dev.forward(st, &[tok], false)?);
+            trail.dev.push(st.save_recurrent());
+        }
+        return Ok((logits, trail));
+    }
     let mut trail = Trail {
         pos0: state.pos,
         n: tokens.len(),
         layers: vec![Vec::new(); model.config.n_layer],
+        dev: Vec::new(),
     };
     let logits = forward_segments(
         model,
@@ -482,6 +592,11 @@ fn forward_segments(
         return Err(ModelError::Input("forward called with no tokens".into()));
     }
     for st in states.iter() {
+        if st.dev.is_some() {
+            return Err(ModelError::Input(
+                "this state lives on a device but the model runs on the CPU".into(),
+            ));
+        }
         if st.layers.len() != c.n_layer {
             return Err(ModelError::Input(format!(
                 "the state has {} layers but the model {}",

@@ -177,6 +177,11 @@ impl Rope {
         Rope { pairs, mscale }
     }
 
+    /// The pair table and magnitude scale (see [`crate::Model::rope_table`]).
+    pub(crate) fn table(&self) -> (Vec<(f64, f64, f64)>, f64) {
+        (self.pairs.clone(), self.mscale)
+    }
+
     /// `(cos θ_i · mscale, sin θ_i · mscale)` for each pair at `pos`.
     pub(crate) fn cos_sin(&self, pos: usize, out: &mut Vec<(f32, f32)>) {
         out.clear();

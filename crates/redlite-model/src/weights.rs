@@ -10,7 +10,7 @@ use redlite_gguf::{GgmlType, GgufFile};
 use crate::{Config, ModelError};
 
 /// Where a matrix's bytes live.
-pub(crate) enum Bytes {
+pub enum Bytes {
     /// A byte range of a mapped tensor (index into `GgufFile::tensors`).
     Mapped {
         tensor: usize,
@@ -27,7 +27,7 @@ pub(crate) enum Bytes {
 }
 
 /// A 2-D weight `{n_in, n_out}`.
-pub(crate) struct Mat {
+pub struct Mat {
     pub ty: GgmlType,
     pub n_in: usize,
     pub n_out: usize,
@@ -37,7 +37,7 @@ pub(crate) struct Mat {
 /// A stack of per-expert matrices (`{n_in, n_out, n_exp}`), possibly a part of
 /// a fused gate/up tensor (`offset` bytes skipped in each expert slice).
 #[derive(Clone)]
-pub(crate) struct Experts {
+pub struct Experts {
     pub ty: GgmlType,
     pub n_in: usize,
     pub n_out: usize,
@@ -48,7 +48,7 @@ pub(crate) struct Experts {
     pub offset: usize,
 }
 
-pub(crate) struct DeltaNetW {
+pub struct DeltaNetW {
     pub qkv: Mat,
     pub gate: Mat,
     pub ba: Mat,
@@ -59,7 +59,7 @@ pub(crate) struct DeltaNetW {
     pub out: Mat,
 }
 
-pub(crate) struct AttnW {
+pub struct AttnW {
     pub q: Mat,
     pub k: Mat,
     pub v: Mat,
@@ -68,12 +68,12 @@ pub(crate) struct AttnW {
     pub k_norm: Vec<f32>,
 }
 
-pub(crate) enum Mixer {
+pub enum Mixer {
     DeltaNet(DeltaNetW),
     Attention(AttnW),
 }
 
-pub(crate) struct MoeW {
+pub struct MoeW {
     pub router: Mat,
     pub gate: Experts,
     pub up: Experts,
@@ -84,14 +84,14 @@ pub(crate) struct MoeW {
     pub sh_inp: Vec<f32>,
 }
 
-pub(crate) struct Layer {
+pub struct Layer {
     pub attn_norm: Vec<f32>,
     pub post_norm: Vec<f32>,
     pub mixer: Mixer,
     pub moe: MoeW,
 }
 
-pub(crate) struct Weights {
+pub struct Weights {
     pub token_embd: Mat,
     pub output_norm: Vec<f32>,
     pub output: Mat,
@@ -437,7 +437,7 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
 
 /// A matrix that lies in one contiguous byte range (every matrix but the
 /// legacy `ssm_in` parts).
-pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
+pub fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
     match &m.bytes {
         Bytes::Mapped { tensor, start, len } => {
             let bytes = f
@@ -454,7 +454,7 @@ pub(crate) fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelErr
 
 /// A matrix as one or more consecutive blocks of output rows: its first
 /// output rows are the first part's, and so on.
-pub(crate) fn qmats<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<Vec<QMat<'a>>, ModelError> {
+pub fn qmats<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<Vec<QMat<'a>>, ModelError> {
     match &m.bytes {
         Bytes::Mapped { .. } => Ok(vec![qmat(f, m)?]),
         Bytes::Rows { tensor, runs } => {
@@ -508,7 +508,7 @@ pub fn mtp_only_blocks(f: &GgufFile) -> Option<Vec<usize>> {
 }
 
 /// Expert `e`'s matrix of a stack.
-pub(crate) fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<'a>, ModelError> {
+pub fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<'a>, ModelError> {
     let data = f.tensor_data(&f.tensors[x.tensor]);
     let row = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
     let s = e * x.stride + x.offset;

@@ -1,0 +1,1092 @@
+//! The qwen3next forward pass on one CUDA device: weights uploaded once in
+//! their stored format, activations in device scratch buffers, the state of
+//! each sequence in device memory. The host feeds token ids and reads back
+//! logits; nothing else crosses the bus inside a forward pass.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use redlite_gguf::{GgmlType, GgufFile};
+use redlite_model::weights::{Experts, Mat, Mixer};
+use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError};
+
+use crate::gpu::{Arg, DevBuf, Gpu};
+use crate::{dequant_src, CudaError};
+
+/// Most tokens one pass of the kernels takes; longer inputs go in chunks.
+const T_MAX: usize = 512;
+/// Most attention splits per (query, head) for decode, and for prefill.
+const NS_DECODE: usize = 512;
+const NS_PREFILL: usize = 8;
+/// Keys per split at least.
+const SPLIT_MIN: usize = 256;
+
+fn merr(e: CudaError) -> ModelError {
+    ModelError::Backend(e.to_string())
+}
+
+/// A matrix on the device.
+struct DMat {
+    ty: GgmlType,
+    n_in: usize,
+    n_out: usize,
+    row_bytes: usize,
+    ptr: u64,
+}
+
+/// A stack of expert matrices on the device: expert `e` at `base + e·stride`.
+struct DExperts {
+    ty: GgmlType,
+    n_in: usize,
+    n_out: usize,
+    row_bytes: usize,
+    base: u64,
+    stride: u64,
+}
+
+enum DMixer {
+    DeltaNet {
+        qkv: DMat,
+        gate: DMat,
+        ba: DMat,
+        conv: u64,
+        ssm_a: u64,
+        dt_bias: u64,
+        norm: u64,
+        out: DMat,
+    },
+    Attention {
+        q: DMat,
+        k: DMat,
+        v: DMat,
+        out: DMat,
+        q_norm: u64,
+        k_norm: u64,
+    },
+}
+
+struct DLayer {
+    attn_norm: u64,
+    post_norm: u64,
+    mixer: DMixer,
+    router: DMat,
+    gate: DExperts,
+    up: DExperts,
+    down: DExperts,
+    sh_gate: DMat,
+    sh_up: DMat,
+    sh_down: DMat,
+    sh_inp: u64,
+}
+
+/// Activation buffers for one pass of up to `T_MAX` tokens.
+struct Scratch {
+    tok: DevBuf,
+    x: DevBuf,
+    h: DevBuf,
+    mix: DevBuf,
+    qkv: DevBuf,
+    z: DevBuf,
+    ba: DevBuf,
+    u: DevBuf,
+    beta: DevBuf,
+    g: DevBuf,
+    o: DevBuf,
+    qg: DevBuf,
+    q: DevBuf,
+    k: DevBuf,
+    v: DevBuf,
+    att: DevBuf,
+    part: DevBuf,
+    rl: DevBuf,
+    ids: DevBuf,
+    wts: DevBuf,
+    eg: DevBuf,
+    eu: DevBuf,
+    ed: DevBuf,
+    sg: DevBuf,
+    su: DevBuf,
+    sd: DevBuf,
+    logits: DevBuf,
+}
+
+/// The model on a CUDA device.
+pub struct CudaModel {
+    gpu: Arc<Gpu>,
+    c: Config,
+    layers: Vec<DLayer>,
+    token_embd: DMat,
+    output_norm: u64,
+    output: DMat,
+    rope_pairs: DevBuf,
+    rope_half: usize,
+    rope_mscale: f64,
+    scratch: Mutex<Scratch>,
+    weight_bytes: usize,
+    _bufs: Vec<DevBuf>,
+}
+
+/// Every kernel name the forward pass launches.
+pub fn kernel_names() -> Vec<String> {
+    let mut k: Vec<String> = [
+        "norm_rows",
+        "gated_rmsnorm",
+        "add_inplace",
+        "swiglu",
+        "dn_gates",
+        "conv_silu",
+        "delta_rule",
+        "rope_neox",
+        "attn_split",
+        "attn_combine",
+        "split_q",
+        "moe_topk",
+        "moe_combine",
+        "fill_normal",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for s in dequant_src::all_suffixes() {
+        k.push(format!("mv_{s}"));
+        k.push(format!("getrows_{s}"));
+    }
+    k
+}
+
+/// The full kernel source: the dequantizers, then the forward kernels.
+pub fn kernel_source() -> String {
+    let mut s = dequant_src::dequant_source();
+    s.push_str(include_str!("../kernels/forward.cu"));
+    s
+}
+
+fn suffix(ty: GgmlType, what: &str) -> Result<&'static str, ModelError> {
+    dequant_src::type_suffix(ty).ok_or_else(|| {
+        ModelError::Backend(format!(
+            "{what}: type {ty} has no CUDA kernels yet (run it with --device cpu)"
+        ))
+    })
+}
+
+struct Uploader<'a> {
+    gpu: &'a Gpu,
+    f: &'a GgufFile,
+    bufs: Vec<DevBuf>,
+    tensors: HashMap<usize, u64>,
+    bytes: usize,
+}
+
+impl Uploader<'_> {
+    fn vec(&mut self, v: &[f32]) -> Result<u64, ModelError> {
+        let b = self.gpu.upload(v).map_err(merr)?;
+        let p = b.ptr;
+        self.bytes += b.bytes;
+        self.bufs.push(b);
+        Ok(p)
+    }
+
+    fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
+        suffix(m.ty, name)?;
+        if !m.n_in.is_multiple_of(8) {
+            return Err(ModelError::Backend(format!(
+                "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
+                m.n_in
+            )));
+        }
+        let parts = redlite_model::weights::qmats(self.f, m)?;
+        let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
+        let b = if let [one] = parts.as_slice() {
+            self.gpu.upload(one.data).map_err(merr)?
+        } else {
+            let mut all = Vec::with_capacity(row_bytes * m.n_out);
+            for p in &parts {
+                all.extend_from_slice(p.data);
+            }
+            self.gpu.upload(&all).map_err(merr)?
+        };
+        let ptr = b.ptr;
+        self.bytes += b.bytes;
+        self.bufs.push(b);
+        Ok(DMat {
+            ty: m.ty,
+            n_in: m.n_in,
+            n_out: m.n_out,
+            row_bytes,
+            ptr,
+        })
+    }
+
+    fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
+        suffix(x.ty, name)?;
+        if !x.n_in.is_multiple_of(8) {
+            return Err(ModelError::Backend(format!(
+                "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
+                x.n_in
+            )));
+        }
+        let base = match self.tensors.get(&x.tensor) {
+            Some(&p) => p,
+            None => {
+                let data = self.f.tensor_data(&self.f.tensors[x.tensor]);
+                let b = self.gpu.upload(data).map_err(merr)?;
+                let p = b.ptr;
+                self.bytes += b.bytes;
+                self.bufs.push(b);
+                self.tensors.insert(x.tensor, p);
+                p
+            }
+        };
+        let row_bytes = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
+        Ok(DExperts {
+            ty: x.ty,
+            n_in: x.n_in,
+            n_out: x.n_out,
+            row_bytes,
+            base: base + x.offset as u64,
+            stride: x.stride as u64,
+        })
+    }
+}
+
+impl CudaModel {
+    /// Upload `model`'s weights to CUDA device `ordinal` and compile the
+    /// kernels for it. `progress(done, total)` counts uploaded layers.
+    pub fn new(
+        model: &Model,
+        ordinal: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CudaModel, ModelError> {
+        if model.expert_cache().is_some() {
+            return Err(ModelError::Input(
+                "the CUDA backend does not stream experts yet: load the whole model \
+                 (drop --expert-cache) or use --device cpu"
+                    .into(),
+            ));
+        }
+        let c = model.config().clone();
+        if c.ssm_d_k > 256 || c.head_dim > 256 || c.conv_kernel > 8 || c.n_expert_used > 64 {
+            return Err(ModelError::Backend(format!(
+                "the CUDA kernels take head dims up to 256, conv kernels up to 8 and up to 64 \
+                 experts per token (this model: d_k {}, head_dim {}, conv {}, {} experts)",
+                c.ssm_d_k, c.head_dim, c.conv_kernel, c.n_expert_used
+            )));
+        }
+        let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names()).map_err(merr)?;
+        let w = model.weights();
+        let f = model.gguf();
+        let mut up = Uploader {
+            gpu: &gpu,
+            f,
+            bufs: Vec::new(),
+            tensors: HashMap::new(),
+            bytes: 0,
+        };
+        let n = w.layers.len();
+        let mut layers = Vec::with_capacity(n);
+        for (il, l) in w.layers.iter().enumerate() {
+            let nm = |s: &str| format!("blk.{il}.{s}");
+            let mixer = match &l.mixer {
+                Mixer::DeltaNet(d) => DMixer::DeltaNet {
+                    qkv: up.mat(&d.qkv, &nm("attn_qkv"))?,
+                    gate: up.mat(&d.gate, &nm("attn_gate"))?,
+                    ba: up.mat(&d.ba, &nm("ssm_ba"))?,
+                    conv: up.vec(&d.conv)?,
+                    ssm_a: up.vec(&d.ssm_a)?,
+                    dt_bias: up.vec(&d.dt_bias)?,
+                    norm: up.vec(&d.norm)?,
+                    out: up.mat(&d.out, &nm("ssm_out"))?,
+                },
+                Mixer::Attention(a) => DMixer::Attention {
+                    q: up.mat(&a.q, &nm("attn_q"))?,
+                    k: up.mat(&a.k, &nm("attn_k"))?,
+                    v: up.mat(&a.v, &nm("attn_v"))?,
+                    out: up.mat(&a.out, &nm("attn_output"))?,
+                    q_norm: up.vec(&a.q_norm)?,
+                    k_norm: up.vec(&a.k_norm)?,
+                },
+            };
+            let m = &l.moe;
+            layers.push(DLayer {
+                attn_norm: up.vec(&l.attn_norm)?,
+                post_norm: up.vec(&l.post_norm)?,
+                mixer,
+                router: up.mat(&m.router, &nm("ffn_gate_inp"))?,
+                gate: up.experts(&m.gate, &nm("ffn_gate_exps"))?,
+                up: up.experts(&m.up, &nm("ffn_up_exps"))?,
+                down: up.experts(&m.down, &nm("ffn_down_exps"))?,
+                sh_gate: up.mat(&m.sh_gate, &nm("ffn_gate_shexp"))?,
+                sh_up: up.mat(&m.sh_up, &nm("ffn_up_shexp"))?,
+                sh_down: up.mat(&m.sh_down, &nm("ffn_down_shexp"))?,
+                sh_inp: up.vec(&m.sh_inp)?,
+            });
+            progress(il + 1, n);
+        }
+        let token_embd = up.mat(&w.token_embd, "token_embd")?;
+        let output_norm = up.vec(&w.output_norm)?;
+        let output = up.mat(&w.output, "output")?;
+        let (pairs, mscale) = model.rope_table();
+        let flat: Vec<f64> = pairs.iter().flat_map(|&(a, b, m)| [a, b, m]).collect();
+        let rope_pairs = gpu.upload(&flat).map_err(merr)?;
+        let weight_bytes = up.bytes;
+        let bufs = up.bufs;
+        let scratch = Scratch::new(&gpu, &c).map_err(merr)?;
+        Ok(CudaModel {
+            gpu: Arc::new(gpu),
+            c,
+            layers,
+            token_embd,
+            output_norm,
+            output,
+            rope_pairs,
+            rope_half: pairs.len(),
+            rope_mscale: mscale,
+            scratch: Mutex::new(scratch),
+            weight_bytes,
+            _bufs: bufs,
+        })
+    }
+
+    /// Bytes of weights held on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    fn mv(&self, m: &DMat, x: u64, y: u64, t: usize) -> Result<(), CudaError> {
+        let s = dequant_src::type_suffix(m.ty).unwrap_or("F32");
+        self.gpu.launch(
+            &format!("mv_{s}"),
+            (m.n_out.div_ceil(4) as u32, t.div_ceil(8) as u32, 1),
+            128,
+            0,
+            &[
+                Arg::U(m.ptr),
+                Arg::U(m.row_bytes as u64),
+                Arg::I(m.n_in as i32),
+                Arg::I(m.n_out as i32),
+                Arg::U(x),
+                Arg::I(m.n_in as i32),
+                Arg::U(y),
+                Arg::I(m.n_out as i32),
+                Arg::I(t as i32),
+                Arg::U(0),
+                Arg::U(0),
+                Arg::I(1),
+                Arg::U(0),
+                Arg::U(0),
+            ],
+        )
+    }
+
+    /// Expert products for `slots` (token, choice) pairs: slot z multiplies
+    /// expert ids[z] with x + (z / x_div)·n_in and writes y + z·n_out.
+    fn mv_experts(
+        &self,
+        m: &DExperts,
+        ids: u64,
+        slots: usize,
+        x: u64,
+        x_div: usize,
+        y: u64,
+    ) -> Result<(), CudaError> {
+        let s = dequant_src::type_suffix(m.ty).unwrap_or("F32");
+        self.gpu.launch(
+            &format!("mv_{s}"),
+            (m.n_out.div_ceil(4) as u32, 1, slots as u32),
+            128,
+            0,
+            &[
+                Arg::U(m.base),
+                Arg::U(m.row_bytes as u64),
+                Arg::I(m.n_in as i32),
+                Arg::I(m.n_out as i32),
+                Arg::U(x),
+                Arg::I(m.n_in as i32),
+                Arg::U(y),
+                Arg::I(m.n_out as i32),
+                Arg::I(1),
+                Arg::U(ids),
+                Arg::U(m.stride),
+                Arg::I(x_div as i32),
+                Arg::U(m.n_in as u64),
+                Arg::U(m.n_out as u64),
+            ],
+        )
+    }
+
+    /// RMS (mode 0) or L2 (mode 1) norm over `rows` rows (see `norm_rows`).
+    #[allow(clippy::too_many_arguments)]
+    fn norm(
+        &self,
+        input: u64,
+        out: u64,
+        w: u64,
+        dim: usize,
+        rows: usize,
+        per: usize,
+        strides: (usize, usize, usize, usize),
+        mode: i32,
+        mul: f64,
+    ) -> Result<(), CudaError> {
+        self.gpu.launch(
+            "norm_rows",
+            (rows as u32, 1, 1),
+            dim.clamp(32, 256).next_power_of_two().min(256) as u32,
+            0,
+            &[
+                Arg::U(input),
+                Arg::U(out),
+                Arg::U(w),
+                Arg::I(dim as i32),
+                Arg::I(per as i32),
+                Arg::U(strides.0 as u64),
+                Arg::U(strides.1 as u64),
+                Arg::U(strides.2 as u64),
+                Arg::U(strides.3 as u64),
+                Arg::F(self.c.rms_eps),
+                Arg::I(mode),
+                Arg::D(mul),
+            ],
+        )
+    }
+
+    fn elementwise(&self, name: &str, a: u64, b: u64, n: usize) -> Result<(), CudaError> {
+        self.gpu.launch(
+            name,
+            (n.div_ceil(256) as u32, 1, 1),
+            256,
+            0,
+            &[Arg::U(a), Arg::U(b), Arg::U(n as u64)],
+        )
+    }
+
+    /// One pass over `tokens` (at most `T_MAX`) of one sequence; leaves the
+    /// final hidden states in `s.x`.
+    fn pass(&self, s: &Scratch, st: &mut CudaState, tokens: &[u32]) -> Result<(), CudaError> {
+        let c = &self.c;
+        let g = &self.gpu;
+        let t = tokens.len();
+        let d = c.n_embd;
+        let pos0 = st.pos;
+        st.reserve(g, c, pos0 + t)?;
+        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+        g.htod(s.tok.ptr, &ids)?;
+        let te = &self.token_embd;
+        g.launch(
+            &format!(
+                "getrows_{}",
+                dequant_src::type_suffix(te.ty).unwrap_or("F32")
+            ),
+            (t as u32, 1, 1),
+            128,
+            0,
+            &[
+                Arg::U(te.ptr),
+                Arg::U(te.row_bytes as u64),
+                Arg::I(d as i32),
+                Arg::U(s.tok.ptr),
+                Arg::U(s.x.ptr),
+            ],
+        )?;
+        let f4 = 4u64;
+        let (mut idn, mut iat) = (0, 0);
+        for l in &self.layers {
+            self.norm(s.x.ptr, s.h.ptr, l.attn_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
+            match &l.mixer {
+                DMixer::DeltaNet {
+                    qkv,
+                    gate,
+                    ba,
+                    conv,
+                    ssm_a,
+                    dt_bias,
+                    norm,
+                    out,
+                } => {
+                    let (hk, hv, dk, dv) = (c.ssm_h_k, c.ssm_h_v, c.ssm_d_k, c.ssm_d_v);
+                    let (cd, kd, vd) = (c.conv_dim(), c.key_dim(), c.value_dim());
+                    self.mv(qkv, s.h.ptr, s.qkv.ptr, t)?;
+                    self.mv(gate, s.h.ptr, s.z.ptr, t)?;
+                    self.mv(ba, s.h.ptr, s.ba.ptr, t)?;
+                    g.launch(
+                        "dn_gates",
+                        ((t * hv).div_ceil(128) as u32, 1, 1),
+                        128,
+                        0,
+                        &[
+                            Arg::U(s.ba.ptr),
+                            Arg::U(*ssm_a),
+                            Arg::U(*dt_bias),
+                            Arg::U(s.beta.ptr),
+                            Arg::U(s.g.ptr),
+                            Arg::I(t as i32),
+                            Arg::I(hv as i32),
+                            Arg::I((hv / hk) as i32),
+                        ],
+                    )?;
+                    let (cv, ssm) = (&st.conv[idn], &st.ssm[idn]);
+                    g.launch(
+                        "conv_silu",
+                        (cd.div_ceil(128) as u32, 1, 1),
+                        128,
+                        0,
+                        &[
+                            Arg::U(s.qkv.ptr),
+                            Arg::I(t as i32),
+                            Arg::I(cd as i32),
+                            Arg::I(c.conv_kernel as i32),
+                            Arg::U(*conv),
+                            Arg::U(cv.ptr),
+                            Arg::U(s.u.ptr),
+                        ],
+                    )?;
+                    // L2-normalise q (scaled by 1/sqrt(d_k)) and k per key head, in place.
+                    let qs = 1.0 / (dk as f64).sqrt();
+                    self.norm(s.u.ptr, s.u.ptr, 0, dk, t * hk, hk, (cd, dk, cd, dk), 1, qs)?;
+                    let kp = s.u.ptr + (kd as u64) * f4;
+                    self.norm(kp, kp, 0, dk, t * hk, hk, (cd, dk, cd, dk), 1, 1.0)?;
+                    g.launch(
+                        "delta_rule",
+                        (hv as u32, dv.div_ceil(4) as u32, 1),
+                        128,
+                        0,
+                        &[
+                            Arg::U(s.u.ptr),
+                            Arg::I(cd as i32),
+                            Arg::I(kd as i32),
+                            Arg::U(s.beta.ptr),
+                            Arg::U(s.g.ptr),
+                            Arg::U(ssm.ptr),
+                            Arg::U(s.o.ptr),
+                            Arg::I(t as i32),
+                            Arg::I(hk as i32),
+                            Arg::I(hv as i32),
+                            Arg::I(dk as i32),
+                            Arg::I(dv as i32),
+                        ],
+                    )?;
+                    g.launch(
+                        "gated_rmsnorm",
+                        ((t * hv) as u32, 1, 1),
+                        dv.clamp(32, 256).next_power_of_two().min(256) as u32,
+                        0,
+                        &[
+                            Arg::U(s.o.ptr),
+                            Arg::U(s.z.ptr),
+                            Arg::U(*norm),
+                            Arg::I(dv as i32),
+                            Arg::F(c.rms_eps),
+                        ],
+                    )?;
+                    let _ = vd;
+                    self.mv(out, s.o.ptr, s.mix.ptr, t)?;
+                    idn += 1;
+                }
+                DMixer::Attention {
+                    q,
+                    k,
+                    v,
+                    out,
+                    q_norm,
+                    k_norm,
+                } => {
+                    let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+                    self.mv(q, s.h.ptr, s.qg.ptr, t)?;
+                    self.mv(k, s.h.ptr, s.k.ptr, t)?;
+                    self.mv(v, s.h.ptr, s.v.ptr, t)?;
+                    self.norm(
+                        s.qg.ptr,
+                        s.q.ptr,
+                        *q_norm,
+                        hd,
+                        t * nh,
+                        1,
+                        (2 * hd, 0, hd, 0),
+                        0,
+                        0.0,
+                    )?;
+                    self.norm(
+                        s.k.ptr,
+                        s.k.ptr,
+                        *k_norm,
+                        hd,
+                        t * nkv,
+                        1,
+                        (hd, 0, hd, 0),
+                        0,
+                        0.0,
+                    )?;
+                    for (buf, heads) in [(s.q.ptr, nh), (s.k.ptr, nkv)] {
+                        let n = t * heads * self.rope_half;
+                        if n == 0 {
+                            continue;
+                        }
+                        g.launch(
+                            "rope_neox",
+                            (n.div_ceil(128) as u32, 1, 1),
+                            128,
+                            0,
+                            &[
+                                Arg::U(buf),
+                                Arg::I(t as i32),
+                                Arg::I(heads as i32),
+                                Arg::I(hd as i32),
+                                Arg::I(self.rope_half as i32),
+                                Arg::U(self.rope_pairs.ptr),
+                                Arg::D(self.rope_mscale),
+                                Arg::I(pos0 as i32),
+                            ],
+                        )?;
+                    }
+                    let row = (nkv * hd * 4) as u64;
+                    let (kc, vc) = (&st.k[iat], &st.v[iat]);
+                    g.dtod(kc.ptr + pos0 as u64 * row, s.k.ptr, t * row as usize)?;
+                    g.dtod(vc.ptr + pos0 as u64 * row, s.v.ptr, t * row as usize)?;
+                    let n_keys = pos0 + t;
+                    let ns_max = if t == 1 { NS_DECODE } else { NS_PREFILL };
+                    let ns = n_keys.div_ceil(SPLIT_MIN).clamp(1, ns_max);
+                    let split = n_keys.div_ceil(ns);
+                    g.launch(
+                        "attn_split",
+                        (nh as u32, t as u32, ns as u32),
+                        128,
+                        0,
+                        &[
+                            Arg::U(s.q.ptr),
+                            Arg::U(kc.ptr),
+                            Arg::U(vc.ptr),
+                            Arg::U(s.part.ptr),
+                            Arg::I(pos0 as i32),
+                            Arg::I(nh as i32),
+                            Arg::I(nkv as i32),
+                            Arg::I(hd as i32),
+                            Arg::F(1.0 / (hd as f32).sqrt()),
+                            Arg::I(split as i32),
+                            Arg::I(ns as i32),
+                        ],
+                    )?;
+                    g.launch(
+                        "attn_combine",
+                        (nh as u32, t as u32, 1),
+                        hd.clamp(32, 256) as u32,
+                        0,
+                        &[
+                            Arg::U(s.part.ptr),
+                            Arg::U(s.qg.ptr + (hd as u64) * f4),
+                            Arg::U(2 * hd as u64),
+                            Arg::U(s.att.ptr),
+                            Arg::I(nh as i32),
+                            Arg::I(hd as i32),
+                            Arg::I(ns as i32),
+                        ],
+                    )?;
+                    self.mv(out, s.att.ptr, s.mix.ptr, t)?;
+                    iat += 1;
+                }
+            }
+            self.elementwise("add_inplace", s.x.ptr, s.mix.ptr, t * d)?;
+            self.norm(s.x.ptr, s.h.ptr, l.post_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
+            // MoE: router, top-k, routed experts, shared expert, combine.
+            let (ne, k) = (c.n_expert, c.n_expert_used);
+            self.mv(&l.router, s.h.ptr, s.rl.ptr, t)?;
+            g.launch(
+                "moe_topk",
+                (t as u32, 1, 1),
+                256,
+                (ne * 8) as u32,
+                &[
+                    Arg::U(s.rl.ptr),
+                    Arg::I(ne as i32),
+                    Arg::I(k as i32),
+                    Arg::U(s.ids.ptr),
+                    Arg::U(s.wts.ptr),
+                ],
+            )?;
+            let slots = t * k;
+            self.mv_experts(&l.gate, s.ids.ptr, slots, s.h.ptr, k, s.eg.ptr)?;
+            self.mv_experts(&l.up, s.ids.ptr, slots, s.h.ptr, k, s.eu.ptr)?;
+            self.elementwise("swiglu", s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
+            self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, 1, s.ed.ptr)?;
+            self.mv(&l.sh_gate, s.h.ptr, s.sg.ptr, t)?;
+            self.mv(&l.sh_up, s.h.ptr, s.su.ptr, t)?;
+            self.elementwise("swiglu", s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
+            self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t)?;
+            g.launch(
+                "moe_combine",
+                (t as u32, 1, 1),
+                256,
+                0,
+                &[
+                    Arg::U(s.x.ptr),
+                    Arg::U(s.ed.ptr),
+                    Arg::U(s.wts.ptr),
+                    Arg::I(k as i32),
+                    Arg::U(s.sd.ptr),
+                    Arg::U(s.h.ptr),
+                    Arg::U(l.sh_inp),
+                    Arg::I(d as i32),
+                ],
+            )?;
+            let _ = (l.down.n_in, l.up.n_in);
+        }
+        st.pos = pos0 + t;
+        Ok(())
+    }
+
+    /// Final norm and LM head over the last `rows` hidden states of `s.x`
+    /// (of `t`), logits appended to `out`.
+    fn head(
+        &self,
+        s: &Scratch,
+        t: usize,
+        rows: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), CudaError> {
+        let d = self.c.n_embd;
+        let vocab = self.c.vocab_size;
+        let first = s.x.ptr + ((t - rows) * d * 4) as u64;
+        self.norm(
+            first,
+            s.h.ptr,
+            self.output_norm,
+            d,
+            rows,
+            1,
+            (d, 0, d, 0),
+            0,
+            0.0,
+        )?;
+        self.mv(&self.output, s.h.ptr, s.logits.ptr, rows)?;
+        let n0 = out.len();
+        out.resize(n0 + rows * vocab, 0.0);
+        self.gpu.dtoh(&mut out[n0..], s.logits.ptr)
+    }
+}
+
+impl Scratch {
+    fn new(g: &Gpu, c: &Config) -> Result<Scratch, CudaError> {
+        let t = T_MAX;
+        let f = |n: usize| g.alloc(n.max(1) * 4);
+        let ff = c.expert_ff;
+        let k = c.n_expert_used;
+        let parts = (t * c.n_head * NS_PREFILL).max(c.n_head * NS_DECODE) * (c.head_dim + 2);
+        Ok(Scratch {
+            tok: f(t)?,
+            x: f(t * c.n_embd)?,
+            h: f(t * c.n_embd)?,
+            mix: f(t * c.n_embd)?,
+            qkv: f(t * c.conv_dim())?,
+            z: f(t * c.value_dim())?,
+            ba: f(t * 2 * c.ssm_h_v)?,
+            u: f(t * c.conv_dim())?,
+            beta: f(t * c.ssm_h_v)?,
+            g: f(t * c.ssm_h_v)?,
+            o: f(t * c.value_dim())?,
+            qg: f(t * c.n_head * 2 * c.head_dim)?,
+            q: f(t * c.n_head * c.head_dim)?,
+            k: f(t * c.n_head_kv * c.head_dim)?,
+            v: f(t * c.n_head_kv * c.head_dim)?,
+            att: f(t * c.n_head * c.head_dim)?,
+            part: f(parts)?,
+            rl: f(t * c.n_expert)?,
+            ids: f(t * k)?,
+            wts: f(t * k)?,
+            eg: f(t * k * ff)?,
+            eu: f(t * k * ff)?,
+            ed: f(t * k * c.n_embd)?,
+            sg: f(t * c.shexp_ff)?,
+            su: f(t * c.shexp_ff)?,
+            sd: f(t * c.n_embd)?,
+            logits: f(t * c.vocab_size)?,
+        })
+    }
+}
+
+/// A sequence's state on the device: conv windows and DeltaNet states per
+/// recurrent layer, the KV cache per attention layer (`cap` positions of
+/// `n_head_kv·head_dim` f32, grown by doubling), the position.
+pub struct CudaState {
+    gpu: Arc<Gpu>,
+    pos: usize,
+    cap: usize,
+    conv: Vec<DevBuf>,
+    ssm: Vec<DevBuf>,
+    k: Vec<DevBuf>,
+    v: Vec<DevBuf>,
+    n_dn: usize,
+    n_at: usize,
+    conv_bytes: usize,
+    ssm_bytes: usize,
+    kv_row: usize,
+}
+
+impl std::fmt::Debug for CudaState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaState(pos {}, KV capacity {})", self.pos, self.cap)
+    }
+}
+
+impl CudaState {
+    fn new(gpu: Arc<Gpu>, c: &Config) -> CudaState {
+        let n_dn = c.recurrent.iter().filter(|&&r| r).count();
+        CudaState {
+            gpu,
+            pos: 0,
+            cap: 0,
+            conv: Vec::new(),
+            ssm: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            n_dn,
+            n_at: c.recurrent.len() - n_dn,
+            conv_bytes: c.conv_dim() * (c.conv_kernel - 1) * 4,
+            ssm_bytes: c.ssm_h_v * c.ssm_d_v * c.ssm_d_k * 4,
+            kv_row: c.n_head_kv * c.head_dim * 4,
+        }
+    }
+
+    /// Allocate the recurrent states (zeroed) at first use and grow the KV
+    /// cache to hold `n` positions.
+    fn reserve(&mut self, g: &Gpu, _c: &Config, n: usize) -> Result<(), CudaError> {
+        if self.conv.len() < self.n_dn {
+            for _ in 0..self.n_dn {
+                self.conv.push(g.zeros(self.conv_bytes)?);
+                self.ssm.push(g.zeros(self.ssm_bytes)?);
+            }
+        }
+        if n > self.cap || self.k.len() < self.n_at {
+            let cap = n.max(2 * self.cap).max(256);
+            let mut nk = Vec::with_capacity(self.n_at);
+            let mut nv = Vec::with_capacity(self.n_at);
+            for i in 0..self.n_at {
+                let kb = g.alloc(cap * self.kv_row)?;
+                let vb = g.alloc(cap * self.kv_row)?;
+                if let (Some(ok), Some(ov)) = (self.k.get(i), self.v.get(i)) {
+                    g.dtod(kb.ptr, ok.ptr, self.pos * self.kv_row)?;
+                    g.dtod(vb.ptr, ov.ptr, self.pos * self.kv_row)?;
+                }
+                nk.push(kb);
+                nv.push(vb);
+            }
+            g.sync()?;
+            self.k = nk;
+            self.v = nv;
+            self.cap = cap;
+        }
+        Ok(())
+    }
+
+    fn copy(&self) -> Result<CudaState, CudaError> {
+        let g = &self.gpu;
+        g.bind()?;
+        let dup = |b: &DevBuf, bytes: usize| -> Result<DevBuf, CudaError> {
+            let n = g.alloc(b.bytes)?;
+            g.dtod(n.ptr, b.ptr, bytes)?;
+            Ok(n)
+        };
+        let conv = self
+            .conv
+            .iter()
+            .map(|b| dup(b, b.bytes))
+            .collect::<Result<_, _>>()?;
+        let ssm = self
+            .ssm
+            .iter()
+            .map(|b| dup(b, b.bytes))
+            .collect::<Result<_, _>>()?;
+        let kvb = self.pos * self.kv_row;
+        let k = self
+            .k
+            .iter()
+            .map(|b| dup(b, kvb))
+            .collect::<Result<_, _>>()?;
+        let v = self
+            .v
+            .iter()
+            .map(|b| dup(b, kvb))
+            .collect::<Result<_, _>>()?;
+        g.sync()?;
+        Ok(CudaState {
+            gpu: g.clone(),
+            pos: self.pos,
+            cap: self.cap,
+            conv,
+            ssm,
+            k,
+            v,
+            n_dn: self.n_dn,
+            n_at: self.n_at,
+            conv_bytes: self.conv_bytes,
+            ssm_bytes: self.ssm_bytes,
+            kv_row: self.kv_row,
+        })
+    }
+}
+
+/// Saved recurrent states (device copies).
+struct Saved {
+    conv: Vec<DevBuf>,
+    ssm: Vec<DevBuf>,
+}
+
+impl DeviceState for CudaState {
+    fn pos(&self) -> usize {
+        self.pos
+    }
+
+    fn fork(&self) -> Box<dyn DeviceState> {
+        match self.copy() {
+            Ok(s) => Box::new(s),
+            // A failed device copy (out of memory) cannot be reported through
+            // Clone; it is fatal for this process.
+            Err(e) => panic!("copying a sequence state on the GPU: {e}"),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.n_dn * (self.conv_bytes + self.ssm_bytes) + 2 * self.n_at * self.pos * self.kv_row
+    }
+
+    fn save_recurrent(&self) -> Box<dyn Any + Send + Sync> {
+        let g = &self.gpu;
+        let dup = |b: &DevBuf| -> Result<DevBuf, CudaError> {
+            let n = g.alloc(b.bytes)?;
+            g.dtod(n.ptr, b.ptr, b.bytes)?;
+            Ok(n)
+        };
+        let saved = (|| -> Result<Saved, CudaError> {
+            g.bind()?;
+            Ok(Saved {
+                conv: self.conv.iter().map(dup).collect::<Result<_, _>>()?,
+                ssm: self.ssm.iter().map(dup).collect::<Result<_, _>>()?,
+            })
+        })();
+        match saved {
+            Ok(s) => Box::new(s),
+            Err(e) => panic!("saving recurrent states on the GPU: {e}"),
+        }
+    }
+
+    fn restore_recurrent(
+        &mut self,
+        saved: &(dyn Any + Send + Sync),
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        let s = saved
+            .downcast_ref::<Saved>()
+            .ok_or_else(|| ModelError::Input("the saved states are not CUDA states".into()))?;
+        if pos > self.pos || s.conv.len() != self.conv.len() {
+            return Err(ModelError::Input(format!(
+                "cannot roll a state at {} back to {pos}",
+                self.pos
+            )));
+        }
+        let g = &self.gpu;
+        let r = (|| -> Result<(), CudaError> {
+            g.bind()?;
+            for (d, b) in self.conv.iter().zip(&s.conv) {
+                g.dtod(d.ptr, b.ptr, b.bytes)?;
+            }
+            for (d, b) in self.ssm.iter().zip(&s.ssm) {
+                g.dtod(d.ptr, b.ptr, b.bytes)?;
+            }
+            g.sync()
+        })();
+        r.map_err(merr)?;
+        self.pos = pos;
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+impl DeviceForward for CudaModel {
+    fn name(&self) -> String {
+        format!(
+            "cuda:{} ({}, sm_{}{}, f32 activations)",
+            self.gpu.ordinal, self.gpu.name, self.gpu.cc.0, self.gpu.cc.1
+        )
+    }
+
+    fn new_state(&self) -> Box<dyn DeviceState> {
+        Box::new(CudaState::new(self.gpu.clone(), &self.c))
+    }
+
+    fn forward(
+        &self,
+        state: &mut dyn DeviceState,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let st = state
+            .as_any_mut()
+            .downcast_mut::<CudaState>()
+            .ok_or_else(|| ModelError::Input("the state was not made by this CUDA model".into()))?;
+        if tokens.is_empty() {
+            return Err(ModelError::Input("forward called with no tokens".into()));
+        }
+        let s = self
+            .scratch
+            .lock()
+            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        self.gpu.bind().map_err(merr)?;
+        let mut out =
+            Vec::with_capacity(if all_logits { tokens.len() } else { 1 } * self.c.vocab_size);
+        let chunks: Vec<&[u32]> = tokens.chunks(T_MAX).collect();
+        for (i, ch) in chunks.iter().enumerate() {
+            self.pass(&s, st, ch).map_err(merr)?;
+            if all_logits {
+                self.head(&s, ch.len(), ch.len(), &mut out).map_err(merr)?;
+            } else if i + 1 == chunks.len() {
+                self.head(&s, ch.len(), 1, &mut out).map_err(merr)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError> {
+        let mut st = CudaState::new(self.gpu.clone(), &self.c);
+        let g = &self.gpu;
+        let r = (|| -> Result<(), CudaError> {
+            g.bind()?;
+            st.reserve(g, &self.c, pos.max(1))?;
+            let fill = |p: u64, bytes: usize, sd: u64, scale: f32| -> Result<(), CudaError> {
+                let n = bytes / 4;
+                if n == 0 {
+                    return Ok(());
+                }
+                g.launch(
+                    "fill_normal",
+                    (n.div_ceil(256) as u32, 1, 1),
+                    256,
+                    0,
+                    &[Arg::U(p), Arg::U(n as u64), Arg::U(sd), Arg::F(scale)],
+                )
+            };
+            let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for (c, m) in st.conv.iter().zip(&st.ssm) {
+                s = s.wrapping_add(1);
+                fill(c.ptr, c.bytes, s, 1.0)?;
+                s = s.wrapping_add(1);
+                fill(m.ptr, m.bytes, s, 0.05)?;
+            }
+            for (k, v) in st.k.iter().zip(&st.v) {
+                s = s.wrapping_add(1);
+                fill(k.ptr, pos * st.kv_row, s, 1.0)?;
+                s = s.wrapping_add(1);
+                fill(v.ptr, pos * st.kv_row, s, 1.0)?;
+            }
+            g.sync()
+        })();
+        r.map_err(merr)?;
+        st.pos = pos;
+        Ok(Box::new(st))
+    }
+}

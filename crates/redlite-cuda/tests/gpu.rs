@@ -1,0 +1,431 @@
+//! The CUDA forward pass against the references, on a GPU.
+//!
+//! Every test here needs a CUDA device; without one each says so and passes,
+//! unless `REDLITE_REQUIRE_CUDA` is set (the GPU check script sets it, so a
+//! machine whose GPU cannot be used fails loudly instead of skipping).
+//!
+//! - the matrix-vector kernel of every quant type against the CPU's
+//!   dequantized f64 products, on random blocks;
+//! - tiny-a and tiny-s bf16 against transformers (max |Δlogit| ≤ 5e-3, KL ≤
+//!   1e-6), whole-prompt prefill and token by token;
+//! - every quantized tiny-s fixture against `exact-<TYPE>.npz` (activations
+//!   stay f32 on the GPU, so the f32 path's limits apply: p99 |Δ| ≤ 5e-3 and
+//!   mean KL ≤ 1e-6, far inside a tenth of llama.cpp's figure);
+//! - prefill against decode within 1e-2;
+//! - the 32,768-token prompt against transformers;
+//! - state forks, and speculative verify + rollback, against plain decoding.
+
+mod common;
+#[path = "../../redlite-model/tests/common/mod.rs"]
+mod model_common;
+
+use model_common::*;
+use redlite_gguf::GgmlType;
+use redlite_model::Model;
+use redlite_testkit::{fixture, read_npz};
+
+fn gpu_ready() -> bool {
+    if redlite_cuda::available() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("REDLITE_REQUIRE_CUDA").is_none(),
+        "REDLITE_REQUIRE_CUDA is set but no CUDA device can be used"
+    );
+    eprintln!("no CUDA device: skipping");
+    false
+}
+
+fn load_gpu(name: &str) -> Model {
+    let mut m = load(name);
+    redlite_cuda::attach(&mut m, 0, &mut |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    m
+}
+
+/// `mv_<T>` of every type against f64 products of the CPU's dequantized
+/// rows, with 1 and 5 tokens and 2 expert slots chosen by id.
+#[test]
+fn matvec_every_type_matches_the_cpu() {
+    use redlite_cuda::gpu::{Arg, Gpu};
+    if !gpu_ready() {
+        return;
+    }
+    let gpu = Gpu::open(
+        0,
+        &redlite_cuda::kernel_source(),
+        &redlite_cuda::kernel_names(),
+    )
+    .expect("gpu");
+    let (n_in, n_out) = (512usize, 96usize);
+    let mut checked = 0;
+    for ty in GgmlType::ALL {
+        let Some(sfx) = redlite_cuda::dequant_src::type_suffix(ty) else {
+            continue;
+        };
+        let row_bytes = ty.row_bytes(n_in as u64).expect("row") as usize;
+        let (qk, _) = redlite_cuda::dequant_src::dq_block_shape(ty).expect("shape");
+        let blocks_per_row = n_in / qk;
+        // Two experts of n_out rows each; plain floats get finite values.
+        let w: Vec<u8> = match ty {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                let vals: Vec<f32> = (0..2 * n_out * n_in)
+                    .map(|i| (((i * 7919) % 1000) as f32 / 500.0 - 1.0) * 0.7)
+                    .collect();
+                match ty {
+                    GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    GgmlType::F16 => vals
+                        .iter()
+                        .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                        .collect(),
+                    _ => vals
+                        .iter()
+                        .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                        .collect(),
+                }
+            }
+            _ => common::random_blocks(ty, 2 * n_out * blocks_per_row, ty as u64 + 11),
+        };
+        assert_eq!(w.len(), 2 * n_out * row_bytes);
+        let k = redlite_quant::kernels(ty).expect("cpu kernels");
+        let mut deq = vec![0f32; 2 * n_out * n_in];
+        for r in 0..2 * n_out {
+            (k.dequant)(
+                &w[r * row_bytes..(r + 1) * row_bytes],
+                &mut deq[r * n_in..(r + 1) * n_in],
+            );
+        }
+        let n_tok = 5;
+        let x: Vec<f32> = (0..n_tok * n_in)
+            .map(|i| (i * 104729 % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let wb = gpu.upload(&w).expect("upload");
+        let xb = gpu.upload(&x).expect("upload");
+        let yb = gpu.alloc(n_tok * 2 * n_out * 4).expect("alloc");
+        let ids = gpu.upload(&[1i32, 0i32]).expect("upload");
+        // Plain: 5 tokens through expert 0's rows.
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mv_{sfx}"),
+            ((n_out as u32).div_ceil(4), 1, 1),
+            128,
+            0,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U(xb.ptr),
+                Arg::I(n_in as i32),
+                Arg::U(yb.ptr),
+                Arg::I(n_out as i32),
+                Arg::I(n_tok as i32),
+                Arg::U(0),
+                Arg::U(0),
+                Arg::I(1),
+                Arg::U(0),
+                Arg::U(0),
+            ],
+        )
+        .expect("launch");
+        let mut y = vec![0f32; n_tok * n_out];
+        gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+        let dot = |row: usize, t: usize| -> f64 {
+            (0..n_in)
+                .map(|i| deq[row * n_in + i] as f64 * x[t * n_in + i] as f64)
+                .sum()
+        };
+        let scale = |t: usize| -> f64 { (0..n_out).map(|o| dot(o, t).abs()).fold(1e-30, f64::max) };
+        for t in 0..n_tok {
+            let s = scale(t);
+            for o in 0..n_out {
+                let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
+                assert!(
+                    e < 1e-5,
+                    "{ty} plain t{t} row {o}: {} vs {}",
+                    y[t * n_out + o],
+                    dot(o, t)
+                );
+            }
+        }
+        // Slots: slot z uses expert ids[z] on token z (x_div 1), output z.
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mv_{sfx}"),
+            ((n_out as u32).div_ceil(4), 1, 2),
+            128,
+            0,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U(xb.ptr),
+                Arg::I(n_in as i32),
+                Arg::U(yb.ptr),
+                Arg::I(n_out as i32),
+                Arg::I(1),
+                Arg::U(ids.ptr),
+                Arg::U((n_out * row_bytes) as u64),
+                Arg::I(1),
+                Arg::U(n_in as u64),
+                Arg::U(n_out as u64),
+            ],
+        )
+        .expect("launch");
+        let mut y2 = vec![0f32; 2 * n_out];
+        gpu.dtoh(&mut y2, yb.ptr).expect("dtoh");
+        for (z, e) in [(0usize, 1usize), (1, 0)] {
+            for o in 0..n_out {
+                let want = dot(e * n_out + o, z);
+                let err = (y2[z * n_out + o] as f64 - want).abs() / scale(z).max(1e-30);
+                assert!(
+                    err < 1e-4,
+                    "{ty} slot {z} row {o}: {} vs {want}",
+                    y2[z * n_out + o]
+                );
+            }
+        }
+        checked += 1;
+    }
+    eprintln!("matvec: {checked} types match the CPU");
+    assert!(checked >= 22);
+}
+
+/// Logits of `tokens` through `model`, in batches of `batch`.
+fn logits(model: &Model, tokens: &[u32], batch: usize) -> Vec<f32> {
+    run(model, tokens, batch)
+}
+
+fn bf16_vs_transformers(model_name: &str) {
+    if !gpu_ready() {
+        return;
+    }
+    let model = load_gpu(&format!("{model_name}-bf16.gguf"));
+    let refs = read_npz(&fixture("refs.npz"));
+    let p = prompts();
+    for name in PROMPTS {
+        let tokens = prompt_ids(&p, name);
+        let reference = &refs[&format!("{model_name}.{name}")];
+        for (mode, batch) in [("prefill", tokens.len()), ("token-by-token", 1)] {
+            let ours = logits(&model, &tokens, batch);
+            let d = per_position(reference, &ours);
+            let worst_abs = d.iter().map(|x| x.0).fold(0f32, f32::max);
+            let worst_kl = d.iter().map(|x| x.1).fold(0f64, f64::max);
+            println!(
+                "gpu {model_name} {name:8} {mode:15} max|Δ| {worst_abs:.3e}  max KL {worst_kl:.3e}"
+            );
+            assert!(
+                worst_abs <= 5e-3,
+                "{model_name} {name} {mode}: |Δlogit| {worst_abs}"
+            );
+            assert!(
+                worst_kl <= 1e-6,
+                "{model_name} {name} {mode}: KL {worst_kl}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tiny_a_bf16_matches_transformers() {
+    bf16_vs_transformers("tiny-a");
+}
+
+#[test]
+fn tiny_s_bf16_matches_transformers() {
+    bf16_vs_transformers("tiny-s");
+}
+
+#[test]
+fn quantized_match_the_exact_reference() {
+    if !gpu_ready() {
+        return;
+    }
+    let figs: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("llamacpp-vs-exact.json")).expect("json"),
+    )
+    .expect("json parses");
+    let p = prompts();
+    // REDLITE_GPU_TYPES=Q8_0,CF2mix limits the run to some types (the GPU
+    // check script splits the fixtures over two device calls).
+    let only = std::env::var("REDLITE_GPU_TYPES").ok();
+    let all = [
+        "Q8_0", "Q4_K_M", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ2_XS", "IQ1_M", "CF2mix",
+    ];
+    let types: Vec<&str> = match &only {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .collect(),
+        None => all.to_vec(),
+    };
+    for ty in types {
+        assert!(all.contains(&ty), "REDLITE_GPU_TYPES: unknown type {ty}");
+        let model = load_gpu(&format!("tiny-s-{ty}.gguf"));
+        let exact = read_npz(&fixture(&format!("exact-{ty}.npz")));
+        let lc_kl = figs[format!("{ty}: llama.cpp vs exact")]["mean_kl"]
+            .as_f64()
+            .expect("mean_kl");
+        for (mode, whole) in [("prefill", true), ("decode", false)] {
+            let (mut abs, mut kls) = (Vec::new(), Vec::new());
+            for name in PROMPTS {
+                let tokens = prompt_ids(&p, name);
+                let ours = logits(&model, &tokens, if whole { tokens.len() } else { 1 });
+                for (a, k) in per_position(&exact[name], &ours) {
+                    abs.push(a as f64);
+                    kls.push(k);
+                }
+            }
+            abs.sort_by(f64::total_cmp);
+            let p99 = abs[abs.len() * 99 / 100];
+            let mean_kl = kls.iter().sum::<f64>() / kls.len() as f64;
+            println!(
+                "gpu {ty:8} {mode:8} vs exact: mean KL {mean_kl:.2e} (llama.cpp {lc_kl:.2e}, ratio {:.1e})  p99 |Δ| {p99:.2e}  max |Δ| {:.2e}",
+                mean_kl / lc_kl,
+                abs[abs.len() - 1]
+            );
+            assert!(
+                mean_kl <= 0.1 * lc_kl,
+                "{ty} {mode}: KL {mean_kl} vs llama.cpp {lc_kl}"
+            );
+            assert!(
+                p99 <= 5e-3 && mean_kl <= 1e-6,
+                "{ty} {mode}: p99 {p99}, KL {mean_kl}"
+            );
+        }
+    }
+}
+
+#[test]
+fn prefill_matches_decode() {
+    if !gpu_ready() {
+        return;
+    }
+    let p = prompts();
+    for file in [
+        "tiny-s-bf16.gguf",
+        "tiny-s-CF2mix.gguf",
+        "tiny-s-Q8_0-legacy.gguf",
+    ] {
+        let model = load_gpu(file);
+        let mut worst = 0f32;
+        for name in PROMPTS {
+            let tokens = prompt_ids(&p, name);
+            let a = logits(&model, &tokens, tokens.len());
+            let b = logits(&model, &tokens, 1);
+            worst = worst.max(max_abs(&a, &b));
+        }
+        println!("gpu {file}: prefill vs decode max |Δ| {worst:.2e}");
+        assert!(worst <= 1e-2, "{file}: prefill vs decode {worst}");
+    }
+}
+
+#[test]
+fn gpu_matches_the_cpu_reference_path() {
+    if !gpu_ready() {
+        return;
+    }
+    let p = prompts();
+    let tokens = prompt_ids(&p, "code");
+    let cpu = load_with("tiny-s-CF2mix.gguf", redlite_backend::Activations::F32);
+    let gpu = load_gpu("tiny-s-CF2mix.gguf");
+    let a = logits(&cpu, &tokens, 64);
+    let b = logits(&gpu, &tokens, 64);
+    let d = max_abs(&a, &b);
+    println!("gpu vs cpu f32 path (CF2mix, code, batches of 64): max |Δ| {d:.2e}");
+    assert!(d <= 2e-3, "gpu vs cpu: {d}");
+}
+
+#[test]
+fn long32k_matches_transformers() {
+    if !gpu_ready() {
+        return;
+    }
+    let model = load_gpu("tiny-s-bf16.gguf");
+    let s = std::fs::read_to_string(fixture("long32k.json")).expect("long32k.json");
+    let j: serde_json::Value = serde_json::from_str(&s).expect("long32k.json parses");
+    let tokens = ids(&j["ids"]);
+    let npz = read_npz(&fixture("long32k.npz"));
+    let positions: Vec<usize> = npz["positions"].data.iter().map(|&p| p as usize).collect();
+    let reference = &npz["logits"];
+    let vocab = model.config().vocab_size;
+    let mut st = model.new_state();
+    let mut ours = vec![Vec::new(); positions.len()];
+    let start = std::time::Instant::now();
+    for (b, chunk) in tokens.chunks(4096).enumerate() {
+        let p0 = b * 4096;
+        let l = model.forward(&mut st, chunk, true).expect("forward");
+        for (i, &p) in positions.iter().enumerate() {
+            if (p0..p0 + chunk.len()).contains(&p) {
+                ours[i] = l[(p - p0) * vocab..(p - p0 + 1) * vocab].to_vec();
+            }
+        }
+    }
+    println!(
+        "gpu: 32768 tokens in {:.2} s",
+        start.elapsed().as_secs_f64()
+    );
+    let (mut worst_abs, mut worst_kl) = (0f32, 0f64);
+    for (i, _) in positions.iter().enumerate() {
+        worst_abs = worst_abs.max(max_abs(reference.row(i), &ours[i]));
+        worst_kl = worst_kl.max(kl(reference.row(i), &ours[i]));
+    }
+    println!("gpu long32k: max|Δ| {worst_abs:.2e}, max KL {worst_kl:.2e}");
+    assert!(worst_abs <= 2e-3 && worst_kl <= 1e-6);
+}
+
+/// Forks continue like the original; verify + rollback equals plain decode;
+/// batched decode rows equal single-sequence decode.
+#[test]
+fn states_fork_and_roll_back_on_the_device() {
+    if !gpu_ready() {
+        return;
+    }
+    let model = load_gpu("tiny-s-Q4_K_M.gguf");
+    let p = prompts();
+    let tokens = prompt_ids(&p, "prose");
+    let (head, tail) = tokens.split_at(60);
+    let mut st = model.new_state();
+    assert!(st.is_on_device());
+    model.forward(&mut st, head, false).expect("prefill");
+    let mut fork = st.snapshot();
+    let a = model.forward(&mut st, &tail[..5], true).expect("a");
+    let b = model.forward(&mut fork, &tail[..5], true).expect("b");
+    assert_eq!(a, b, "a fork continues exactly like the original");
+    // Verify 6 tokens, keep 3: the state equals feeding 3.
+    let mut v = model.new_state();
+    model.forward(&mut v, head, false).expect("prefill");
+    let mut plain = v.snapshot();
+    let (rows, trail) = model.forward_verify(&mut v, &tail[..6]).expect("verify");
+    let mut plain_rows = Vec::new();
+    for &t in &tail[..6] {
+        plain_rows.extend(model.forward(&mut plain, &[t], false).expect("decode"));
+    }
+    assert_eq!(rows, plain_rows, "verify rows equal plain decoding");
+    v.rollback(&trail, 3).expect("rollback");
+    assert_eq!(v.pos(), 63);
+    let mut again = model.new_state();
+    model
+        .forward(&mut again, &tokens[..63], false)
+        .expect("prefill");
+    let x = model.forward(&mut v, &tail[3..5], true).expect("x");
+    let y = model.forward(&mut again, &tail[3..5], true).expect("y");
+    let d = max_abs(&x, &y);
+    assert!(d <= 1e-2, "rolled back state diverges: {d}");
+    // Batched decode: rows equal each sequence's own step.
+    let mut s1 = model.new_state();
+    let mut s2 = model.new_state();
+    model.forward(&mut s1, &tokens[..10], false).expect("p1");
+    model.forward(&mut s2, &tokens[..20], false).expect("p2");
+    let (mut c1, mut c2) = (s1.snapshot(), s2.snapshot());
+    let rows = model
+        .forward_batch(&mut [&mut s1, &mut s2], &[tokens[10], tokens[20]])
+        .expect("batch");
+    let r1 = model.forward(&mut c1, &[tokens[10]], false).expect("r1");
+    let r2 = model.forward(&mut c2, &[tokens[20]], false).expect("r2");
+    assert_eq!(rows, [r1, r2].concat());
+    // A CPU state is refused with an error, not a panic.
+    let mut cpu_state = load("tiny-s-Q4_K_M.gguf").new_state();
+    assert!(model.forward(&mut cpu_state, &[1], false).is_err());
+}

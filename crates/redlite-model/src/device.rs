@@ -1,0 +1,61 @@
+//! The boundary a GPU forward pass lives behind.
+//!
+//! The CPU forward ([`crate::Model::forward`] on a [`redlite_backend::Backend`])
+//! is written op by op against host slices, which is what the reference
+//! needs. A GPU cannot work that way without copying every activation across
+//! the bus, so a device implements the whole forward pass behind
+//! [`DeviceForward`]: it owns the weights it uploaded, its activations, and
+//! the per-sequence state ([`DeviceState`]: KV cache, conv windows and
+//! recurrent states in device memory). The host sees token ids going in and
+//! logits coming out, nothing else.
+//!
+//! [`crate::Model`] dispatches to an attached device, and [`crate::State`]
+//! carries the device state, so the engine and the server (snapshots, forks,
+//! speculative rollback) work unchanged: a snapshot is a device-side copy.
+
+use std::any::Any;
+
+use crate::ModelError;
+
+/// A sequence's state held by a device (KV cache, conv windows, recurrent
+/// states, position). Every copy it makes stays on the device.
+pub trait DeviceState: Send + Sync + std::fmt::Debug {
+    /// Tokens consumed so far.
+    fn pos(&self) -> usize;
+    /// An independent copy (a snapshot to restore, or a fork).
+    fn fork(&self) -> Box<dyn DeviceState>;
+    /// Device bytes held (recurrent states and the KV cache up to `pos`).
+    fn bytes(&self) -> usize;
+    /// A copy of the recurrent (conv and DeltaNet) states, to roll back to.
+    fn save_recurrent(&self) -> Box<dyn Any + Send + Sync>;
+    /// Restore recurrent states saved by [`DeviceState::save_recurrent`] of
+    /// this sequence, and set the position to `pos` (the KV cache beyond it
+    /// is dropped).
+    fn restore_recurrent(
+        &mut self,
+        saved: &(dyn Any + Send + Sync),
+        pos: usize,
+    ) -> Result<(), ModelError>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A forward pass that runs entirely on a device.
+pub trait DeviceForward: Send + Sync {
+    /// The device, in words (e.g. `cuda:0 (NVIDIA H200, sm_90)`).
+    fn name(&self) -> String;
+    /// A fresh state (position 0); device memory is taken at first use.
+    fn new_state(&self) -> Box<dyn DeviceState>;
+    /// Feed `tokens` (one sequence) at the state's position and advance it;
+    /// returns `[T, vocab]` logits if `all_logits`, else the last `[vocab]`.
+    fn forward(
+        &self,
+        state: &mut dyn DeviceState,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>, ModelError>;
+    /// A state at position `pos` filled with random data of the magnitudes
+    /// real decoding builds (as [`crate::State::fill_random`]), for timing
+    /// decode at depth.
+    fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError>;
+}
