@@ -52,7 +52,7 @@ status=0
 if [ "$TESTS" = 1 ]; then
     echo "== GPU parity tests ($GT)"
     if "$GT" --test-threads 1 --nocapture 2>&1 | tee "$LOG/gpu-tests.log"; then
-        ROWS+=("parity tests | passed | $(grep -c '^test .* ok$' "$LOG/gpu-tests.log") tests")
+        ROWS+=("parity tests | passed | $(grep "^test result" "$LOG/gpu-tests.log")")
     else
         ROWS+=("parity tests | FAILED | see gpu-tests.log")
         status=1
@@ -67,7 +67,7 @@ if [ "$BENCH" = 1 ]; then
     fi
     bench() { # label, args...
         local label="$1"; shift
-        if timeout "${BENCH_TIMEOUT:-240}" "$RL" bench "$M" --device cuda -r 3 --json "$@" > "$LOG/$label.json" 2> "$LOG/$label.err"; then
+        if timeout "${BENCH_TIMEOUT:-240}" "$RL" bench "$M" --device cuda --json "$@" > "$LOG/$label.json" 2> "$LOG/$label.err"; then
             local ts
             ts=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(' / '.join(f\"{t['redlite_median_ts']:.1f}\" for t in d))" "$LOG/$label.json")
             ROWS+=("$label | $ts tok/s | $*")
@@ -76,11 +76,11 @@ if [ "$BENCH" = 1 ]; then
             status=1
         fi
     }
-    bench decode-d0 -p 0 -n 128
-    bench prefill-1738 -p 1738 -n 0
+    bench decode-d0 -p 0 -n 128 -r 3
+    bench prefill-1738 -p 1738 -n 0 -r 3
     if [ "$QUICK" = 0 ]; then
-        bench decode-d32k -p 0 -n 64 --start-position 32768
-        bench decode-d128k -p 0 -n 64 --start-position 131072
+        bench decode-d32k -p 0 -n 64 -r 3 --start-position 32768 --fill-state random
+        bench decode-d128k -p 0 -n 64 -r 3 --start-position 131072 --fill-state random
         bench prefill-32k -p 32768 -n 0 -r 1
     fi
     if [ -n "$PEER" ]; then

@@ -354,6 +354,9 @@ pub fn run(args: Args) -> Result<()> {
     );
     let mut pp = None;
     let (mut pp_cache, mut tg_cache) = (None, None);
+    if let Some(d) = model.device() {
+        d.profile(); // drop what the warm-up timed
+    }
     if args.prompt_tokens > 0 {
         bar.set_message(format!("pp{}", args.prompt_tokens));
         let mut ns = Vec::new();
@@ -367,6 +370,11 @@ pub fn run(args: Args) -> Result<()> {
         }
         pp = Some(Stats::new(ns, args.prompt_tokens));
         pp_cache = model.expert_cache_stats();
+        print_profile(
+            model,
+            &format!("{}-token prefill", args.prompt_tokens),
+            args.repeat as f64,
+        );
     }
     let mut tg = None;
     if args.gen_tokens > 0 {
@@ -382,6 +390,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         tg = Some(Stats::new(ns, args.gen_tokens));
         tg_cache = model.expert_cache_stats();
+        print_profile(model, "decode step", (args.repeat * args.gen_tokens) as f64);
     }
     bar.finish_and_clear();
     let peak_rss = proc_status_bytes("VmHWM");
@@ -569,4 +578,26 @@ pub fn run(args: Args) -> Result<()> {
     ));
     writeln!(out, "{}", lines.join("\n")).context("writing to stdout")?;
     Ok(())
+}
+
+/// Per-kernel GPU time since the last call, per `what` (`REDLITE_CUDA_PROFILE=1`
+/// on a CUDA device; nothing otherwise).
+fn print_profile(model: &redlite_model::Model, what: &str, units: f64) {
+    let prof = model.device().map(|d| d.profile()).unwrap_or_default();
+    if prof.is_empty() || units <= 0.0 {
+        return;
+    }
+    let total: f64 = prof.iter().map(|p| p.1).sum();
+    eprintln!(
+        "GPU time per {what}, by kernel ({:.3} ms in all):",
+        total / units
+    );
+    for (k, ms, n) in &prof {
+        eprintln!(
+            "  {k:24} {:10.1} us  {:5.1}%  {:8.1} launches",
+            1e3 * ms / units,
+            100.0 * ms / total,
+            *n as f64 / units
+        );
+    }
 }

@@ -61,40 +61,92 @@ __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
 // without ids) with x_z = x + (z / x_div)·x_zstride and writes
 // y_z = y + z·y_zstride: y_z[t·ldy + o] = Σ_i W_z[o][i]·x_z[t·ldx + i] for
 // the tokens t of the block's tile (blockIdx.y). One warp per output row.
+//
+// The row's bytes are staged in shared memory a segment at a time with
+// 16-byte loads (every lane's loads issued at once), then dequantized from
+// there: blocks are only byte-aligned in the file, and byte loads straight
+// from global memory leave the warp waiting on one load after another. The
+// aligned window may start up to 15 bytes before the row and end up to 15
+// after it: every weight buffer has 64 bytes of padding behind it.
 #define MV_WARPS 4
 #define MV_NT 8
+#define MV_SEG 2048
+__device__ __forceinline__ int stage_row(uint8_t* sm, const uint8_t* src, int len, int lane) {
+    u64 a = (u64)src;
+    u64 a0 = a & ~(u64)15;
+    int shift = (int)(a - a0);
+    int n16 = (shift + len + 15) >> 4;
+    const uint4* g = (const uint4*)a0;
+    uint4* d = (uint4*)sm;
+    for (int j = lane; j < n16; j += WARP) d[j] = __ldg(g + j);
+    __syncwarp();
+    return shift;
+}
+#define MV_XS 4096
 #define DEF_MATVEC(T, ID)                                                                   \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
         mv_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,           \
                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,        \
                int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,            \
-               u64 x_zstride, u64 y_zstride) {                                              \
+               u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {                \
+        __shared__ __align__(16) uint8_t smem[MV_WARPS][MV_SEG + 32];                       \
+        __shared__ __align__(16) float xs[MV_XS];                                           \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row = blockIdx.x * MV_WARPS + warp;                                             \
-        if (row >= n_out) return;                                                           \
         int z = blockIdx.z;                                                                 \
+        const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
+        /* One token: the block's warps share x, staged once in shared memory; with x2, */  \
+        /* the input is silu(x) ⊙ x2 (a SwiGLU product feeding a down projection). */       \
+        const bool one = n_tok == 1 && n_in <= MV_XS;                                       \
+        if (one) {                                                                          \
+            const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                  \
+            for (int i = threadIdx.x; i < n_in; i += MV_WARPS * WARP)                       \
+                xs[i] = x2z ? silu_f(xz[i]) * x2z[i] : xz[i];                               \
+            __syncthreads();                                                                \
+        }                                                                                   \
+        if (row >= n_out) return;                                                           \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* Wr = W + e * w_zstride + (u64)row * row_bytes;                       \
-        const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         float* yz = y + (u64)z * y_zstride;                                                 \
         int t0 = blockIdx.y * MV_NT;                                                        \
         int nt = min(MV_NT, n_tok - t0);                                                    \
         float acc[MV_NT];                                                                   \
         _Pragma("unroll") for (int t = 0; t < MV_NT; t++) acc[t] = 0.f;                     \
         const int cpb = QK_##T / 8;                                                         \
-        int nch = n_in / 8;                                                                 \
-        for (int i = lane; i < nch; i += WARP) {                                            \
-            int b = i / cpb, c = i - b * cpb;                                               \
-            float v[8];                                                                     \
-            dq8_##T(Wr + (u64)b * BS_##T, c, v);                                            \
-            _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                             \
-                if (t < nt) {                                                               \
-                    const float* xp = xz + (u64)(t0 + t) * ldx + (u64)i * 8;                \
+        const int bps = MV_SEG / BS_##T;                                                    \
+        int nblk = n_in / QK_##T;                                                           \
+        uint8_t* sm = smem[warp];                                                           \
+        for (int b0 = 0; b0 < nblk; b0 += bps) {                                            \
+            int nb = min(bps, nblk - b0);                                                   \
+            int shift = stage_row(sm, Wr + (u64)b0 * BS_##T, nb * BS_##T, lane);            \
+            int nch = nb * cpb;                                                             \
+            if (one) {                                                                      \
+                _Pragma("unroll 2") for (int i = lane; i < nch; i += WARP) {                \
+                    int b = i / cpb, c = i - b * cpb;                                       \
+                    float v[8];                                                             \
+                    dq8_##T(sm + shift + b * BS_##T, c, v);                                 \
+                    const float* xp = xs + ((b0 * cpb + i) << 3);                           \
                     float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);           \
-                    acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +           \
+                    acc[0] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +           \
                               v[4] * bb.x + v[5] * bb.y + v[6] * bb.z + v[7] * bb.w;        \
                 }                                                                           \
+            } else {                                                                        \
+                for (int i = lane; i < nch; i += WARP) {                                    \
+                    int b = i / cpb, c = i - b * cpb;                                       \
+                    float v[8];                                                             \
+                    dq8_##T(sm + shift + b * BS_##T, c, v);                                 \
+                    u64 xi = ((u64)b0 * cpb + i) * 8;                                       \
+                    _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                     \
+                        if (t < nt) {                                                       \
+                            const float* xp = xz + (u64)(t0 + t) * ldx + xi;                \
+                            float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);   \
+                            acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +   \
+                                      v[4] * bb.x + v[5] * bb.y + v[6] * bb.z + v[7] * bb.w; \
+                        }                                                                   \
+                    }                                                                       \
+                }                                                                           \
             }                                                                               \
+            __syncwarp();                                                                   \
         }                                                                                   \
         _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                                 \
             float s = warp_sum(acc[t]);                                                     \
@@ -102,6 +154,55 @@ __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
         }                                                                                   \
     }
 REDLITE_DQ_TYPES(DEF_MATVEC)
+
+// The routed experts of a prefill chunk, grouped by expert: block z works
+// for expert z on its slots perm[offsets[z] .. offsets[z] + counts[z]] (a
+// slot is token·k + choice), MV_NT slots at a time, so each expert's rows
+// are read once per chunk. Slot q reads x + (q / x_div)·x_zstride and
+// writes y + q·y_zstride.
+#define DEF_MATVEC_GROUPED(T, ID)                                                           \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+        mvg_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
+                u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,       \
+                float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,       \
+                const int* __restrict__ offsets, const int* __restrict__ perm) {            \
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
+        int row = blockIdx.x * MV_WARPS + warp;                                             \
+        int e = blockIdx.z;                                                                 \
+        int cnt = counts[e];                                                                \
+        if (row >= n_out || cnt == 0) return;                                               \
+        int off = offsets[e];                                                               \
+        const uint8_t* Wr = W + (u64)e * w_zstride + (u64)row * row_bytes;                  \
+        const int cpb = QK_##T / 8;                                                         \
+        int nch = n_in / 8;                                                                 \
+        for (int t0 = 0; t0 < cnt; t0 += MV_NT) {                                           \
+            int nt = min(MV_NT, cnt - t0);                                                  \
+            int sl[MV_NT];                                                                  \
+            float acc[MV_NT];                                                               \
+            _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                             \
+                sl[t] = t < nt ? perm[off + t0 + t] : 0;                                    \
+                acc[t] = 0.f;                                                               \
+            }                                                                               \
+            for (int i = lane; i < nch; i += WARP) {                                        \
+                int b = i / cpb, c = i - b * cpb;                                           \
+                float v[8];                                                                 \
+                dq8_##T(Wr + (u64)b * BS_##T, c, v);                                        \
+                _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                         \
+                    if (t < nt) {                                                           \
+                        const float* xp = x + (u64)(sl[t] / x_div) * x_zstride + (u64)i * 8; \
+                        float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);       \
+                        acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +       \
+                                  v[4] * bb.x + v[5] * bb.y + v[6] * bb.z + v[7] * bb.w;    \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+            _Pragma("unroll") for (int t = 0; t < MV_NT; t++) {                             \
+                float s = warp_sum(acc[t]);                                                 \
+                if (lane == 0 && t < nt) y[(u64)sl[t] * y_zstride + row] = s;               \
+            }                                                                               \
+        }                                                                                   \
+    }
+REDLITE_DQ_TYPES(DEF_MATVEC_GROUPED)
 
 // Embedding rows: out[t] = dequant(W[tok[t]]), n_in values each.
 #define DEF_GETROWS(T, ID)                                                                  \
@@ -158,11 +259,6 @@ extern "C" __global__ void gated_rmsnorm(float* __restrict__ o, const float* __r
     }
 }
 
-extern "C" __global__ void add_inplace(float* __restrict__ x, const float* __restrict__ y, u64 n) {
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
-}
-
 // a = silu(a) ⊙ b
 extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict__ b, u64 n) {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -172,31 +268,16 @@ extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict
 // ---------------------------------------------------------------------------
 // Gated DeltaNet.
 
-// β = sigmoid(b), g = ssm_a·softplus(a + dt_bias) from the [T, 2·h_v] ba
-// projection (grouped per key head: r b's then r a's).
-extern "C" __global__ void dn_gates(const float* __restrict__ ba, const float* __restrict__ ssm_a,
-                                    const float* __restrict__ dt_bias, float* __restrict__ beta,
-                                    float* __restrict__ g, int T, int hv, int r) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= T * hv) return;
-    int t = i / hv, h = i % hv;
-    const float* row = ba + (u64)t * 2 * hv;
-    int ib = 2 * r * (h / r) + h % r;
-    beta[i] = sigmoid_f(row[ib]);
-    float a = row[ib + r] + dt_bias[h];
-    float sp = a > 20.0f ? a : log1pf(expf(a));
-    g[i] = ssm_a[h] * sp;
-}
-
 // Causal depthwise conv + SiLU over T tokens, one thread per channel:
 // out[t][c] = silu(Σ_i w[c][i]·X(t+i, c)) where X is the K−1 saved inputs
-// then the new ones; the state keeps the last K−1 inputs.
+// then the new ones; the state (at tab[slot]) keeps the last K−1 inputs.
 #define CONV_KMAX 8
 extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, int K,
-                                     const float* __restrict__ w, float* __restrict__ state,
-                                     float* __restrict__ out) {
+                                     const float* __restrict__ w, const u64* __restrict__ tab,
+                                     int slot, float* __restrict__ out) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    float* state = (float*)tab[slot];
     int ks = K - 1;
     float win[CONV_KMAX];
     float wc[CONV_KMAX];
@@ -223,25 +304,35 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
         if (i < ks) state[(u64)c * ks + i] = win[i];
 }
 
-// The recurrent gated delta rule over T tokens. One warp per row j of one
-// value head's state M [d_v][d_k] (kept in registers for all T tokens):
+// The recurrent gated delta rule over T tokens, with its inputs' last steps
+// folded in. One warp per row j of one value head's state M [d_v][d_k]
+// (kept in registers for all T tokens). Per token: q and k of the head's key
+// head are L2-normalised (sums in f64; q also scaled by q_scale), β =
+// sigmoid(b), g = ssm_a·softplus(a + dt_bias) from the ba projection
+// (grouped per key head: r b's then r a's), then
 // M ← M·exp(g); d = β(v_j − M_j·k); M_j += d·k; o_j = M_j·q.
-// u: the conv output [T][ld] (q | k | v at 0, key_dim, 2·key_dim; q and k
-// already L2-normed, q scaled); o: [T][h_v·d_v].
+// u: the conv output [T][ld] (q | k | v at 0, key_dim, 2·key_dim);
+// o: [T][h_v·d_v]; the states at tab[slot].
 #define DK_MAX 256
 extern "C" __global__ void __launch_bounds__(128)
-    delta_rule(const float* __restrict__ u, int ld, int key_dim, const float* __restrict__ beta,
-               const float* __restrict__ g, float* __restrict__ S, float* __restrict__ o, int T,
-               int hk, int hv, int dk, int dv) {
+    delta_rule(const float* __restrict__ u, int ld, int key_dim, const float* __restrict__ ba,
+               const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
+               const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
+               int hv, int dk, int dv, float eps, double q_scale) {
+    float* S = (float*)tab[slot];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.x;
     int j = blockIdx.y * 4 + warp;
     if (j >= dv) return;
-    int kh = h / (hv / hk);
+    int r = hv / hk;
+    int kh = h / r;
+    int ib = 2 * r * (h / r) + h % r;
+    float sa = ssm_a[h], dtb = dt_bias[h];
     float* Mj = S + ((u64)h * dv + j) * dk;
-    float m[DK_MAX / WARP];
+    const int NV = DK_MAX / WARP;
+    float m[NV];
 #pragma unroll
-    for (int i = 0; i < DK_MAX / WARP; i++) {
+    for (int i = 0; i < NV; i++) {
         int c = lane + i * WARP;
         m[i] = c < dk ? Mj[c] : 0.f;
     }
@@ -250,14 +341,29 @@ extern "C" __global__ void __launch_bounds__(128)
         const float* q = row + kh * dk;
         const float* k = row + key_dim + kh * dk;
         float vj = row[2 * key_dim + h * dv + j];
-        float decay = expf(g[t * hv + h]);
-        float b = beta[t * hv + h];
-        float kv[DK_MAX / WARP];
+        const float* bar = ba + (u64)t * 2 * hv;
+        float b = sigmoid_f(bar[ib]);
+        float a = bar[ib + r] + dtb;
+        float decay = expf(sa * (a > 20.0f ? a : log1pf(expf(a))));
+        float kv[NV], qv[NV];
+        double sq = 0.0, sk = 0.0;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int c = lane + i * WARP;
+            qv[i] = c < dk ? q[c] : 0.f;
+            kv[i] = c < dk ? k[c] : 0.f;
+            sq += (double)qv[i] * qv[i];
+            sk += (double)kv[i] * kv[i];
+        }
+        sq = warp_sum_d(sq);
+        sk = warp_sum_d(sk);
+        float qs = (float)(q_scale / sqrt(sq + (double)eps));
+        float ks = (float)(1.0 / sqrt(sk + (double)eps));
         float kd = 0.f;
 #pragma unroll
-        for (int i = 0; i < DK_MAX / WARP; i++) {
-            int c = lane + i * WARP;
-            kv[i] = c < dk ? k[c] : 0.f;
+        for (int i = 0; i < NV; i++) {
+            kv[i] *= ks;
+            qv[i] *= qs;
             m[i] *= decay;
             kd += m[i] * kv[i];
         }
@@ -265,16 +371,15 @@ extern "C" __global__ void __launch_bounds__(128)
         float d = b * (vj - kd);
         float od = 0.f;
 #pragma unroll
-        for (int i = 0; i < DK_MAX / WARP; i++) {
-            int c = lane + i * WARP;
+        for (int i = 0; i < NV; i++) {
             m[i] += d * kv[i];
-            od += c < dk ? m[i] * q[c] : 0.f;
+            od += m[i] * qv[i];
         }
         od = warp_sum(od);
         if (lane == 0) o[(u64)t * hv * dv + (u64)h * dv + j] = od;
     }
 #pragma unroll
-    for (int i = 0; i < DK_MAX / WARP; i++) {
+    for (int i = 0; i < NV; i++) {
         int c = lane + i * WARP;
         if (c < dk) Mj[c] = m[i];
     }
@@ -286,9 +391,11 @@ extern "C" __global__ void __launch_bounds__(128)
 // Partial NeoX RoPE in place on [T][heads][hd]: pairs (i, i + half), the
 // angle of pair i at position p = p·interp·(1−mix) + p·extrap·mix (f64).
 extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, int hd, int half,
-                                     const double* __restrict__ pairs, double mscale, int pos0) {
+                                     const double* __restrict__ pairs, double mscale,
+                                     const int* __restrict__ ctl) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= T * heads * half) return;
+    int pos0 = ctl[0];
     int i = idx % half;
     int th = idx / half;
     int t = th / heads;
@@ -304,16 +411,34 @@ extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, in
     hp[i + half] = x1 * c + x0 * s;
 }
 
+// Append the T new keys and values ([T][row] each) to the cache (at tab[slot],
+// tab[slot+1]) from position ctl[0].
+extern "C" __global__ void kv_append(const float* __restrict__ k, const float* __restrict__ v,
+                                     const u64* __restrict__ tab, int slot,
+                                     const int* __restrict__ ctl, int T, int row) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u64 n = (u64)T * row;
+    if (i >= n) return;
+    u64 off = (u64)ctl[0] * row + i;
+    ((float*)tab[slot])[off] = k[i];
+    ((float*)tab[slot + 1])[off] = v[i];
+}
+
 // Split-K causal attention. Block (head h, query t, split s) attends query t
-// (position pos0 + t) to keys [s·split_len, min((s+1)·split_len, pos0+t+1))
-// with an online softmax, writing (max, sum, o[hd]) to part[t][h][s].
+// (position pos0 + t, pos0 = ctl[0]) to keys [s·L, min((s+1)·L, pos0+t+1)),
+// L = ceil((pos0 + T)/ns), with an online softmax, writing (max, sum, o[hd])
+// to part[t][h][s]. The cache is at tab[slot] (keys) and tab[slot+1].
 #define ATT_WARPS 4
 #define HD_MAX 256
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
-    attn_split(const float* __restrict__ q, const float* __restrict__ Kc,
-               const float* __restrict__ Vc, float* __restrict__ part, int pos0, int nh, int nkv,
-               int hd, float scale, int split_len, int ns) {
+    attn_split(const float* __restrict__ q, const u64* __restrict__ tab, int slot,
+               float* __restrict__ part, const int* __restrict__ ctl, int nh, int nkv, int hd,
+               float scale, int ns) {
     int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
+    const float* Kc = (const float*)tab[slot];
+    const float* Vc = (const float*)tab[slot + 1];
+    int pos0 = ctl[0];
+    int split_len = (pos0 + (int)gridDim.y + ns - 1) / ns;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int kvh = h / (nh / nkv);
     int n_keys = pos0 + t + 1;
@@ -421,102 +546,130 @@ extern "C" __global__ void split_q(const float* __restrict__ qg, float* __restri
 
 // Router: softmax of each token's logits (in f64 after an f32 max
 // subtraction), the top k by falling probability (ties: lower id), weights
-// renormalised over the top k. One block per token; ne <= 4096.
+// renormalised over the top k. One warp per token; ne <= 32·TOPK_PER = 512.
+#define TOPK_PER 16
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ne, int k,
                                     int* __restrict__ ids, float* __restrict__ wts) {
-    extern __shared__ double probs[];
-    __shared__ double bv[32];
-    __shared__ int bi[32];
-    __shared__ int chosen[64];
-    int t = blockIdx.x;
+    int t = blockIdx.x, lane = threadIdx.x;
     const float* row = logits + (u64)t * ne;
+    float l[TOPK_PER];
     float mx = -INFINITY;
-    for (int e = threadIdx.x; e < ne; e += blockDim.x) mx = fmaxf(mx, row[e]);
-    // block max
-    __shared__ float red[32];
-    float wm = warp_max(mx);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0) red[w] = wm;
-    __syncthreads();
-    mx = -INFINITY;
-    for (int i = 0; i < nw; i++) mx = fmaxf(mx, red[i]);
-    double sum = 0.0;
-    for (int e = threadIdx.x; e < ne; e += blockDim.x) {
-        double p = exp((double)(row[e] - mx));
-        probs[e] = p;
-        sum += p;
+#pragma unroll
+    for (int j = 0; j < TOPK_PER; j++) {
+        int e = lane + j * WARP;
+        l[j] = e < ne ? row[e] : -INFINITY;
+        mx = fmaxf(mx, l[j]);
     }
-    sum = block_sum_d(sum);
-    for (int e = threadIdx.x; e < ne; e += blockDim.x) probs[e] /= sum;
-    __syncthreads();
+    mx = warp_max(mx);
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < TOPK_PER; j++) {
+        int e = lane + j * WARP;
+        if (e < ne) sum += exp((double)(l[j] - mx));
+    }
+    sum = warp_sum_d(sum);
+    // Top k by repeated arg-max over the logits (the softmax is monotonic;
+    // ties go to the lower id, as the reference's stable order).
     double wsum = 0.0;
+    int chosen = -1;
+    double chosen_p = 0.0;
     for (int r = 0; r < k; r++) {
-        double best = -1.0;
+        float best = -INFINITY;
         int bid = 0x7fffffff;
-        for (int e = threadIdx.x; e < ne; e += blockDim.x) {
-            double p = probs[e];
-            if (p > best || (p == best && e < bid)) {
-                best = p;
+#pragma unroll
+        for (int j = 0; j < TOPK_PER; j++) {
+            int e = lane + j * WARP;
+            if (e < ne && (l[j] > best || (l[j] == best && e < bid))) {
+                best = l[j];
                 bid = e;
             }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            double ob = __shfl_xor_sync(FULL, best, o);
+            float ob = __shfl_xor_sync(FULL, best, o);
             int oi = __shfl_xor_sync(FULL, bid, o);
             if (ob > best || (ob == best && oi < bid)) {
                 best = ob;
                 bid = oi;
             }
         }
-        if (lane == 0) {
-            bv[w] = best;
-            bi[w] = bid;
+        double p = exp((double)(best - mx)) / sum;
+        wsum += p;
+        if (lane == r) {
+            chosen = bid;
+            chosen_p = p;
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double b = bv[0];
-            int id = bi[0];
-            for (int i = 1; i < nw; i++)
-                if (bv[i] > b || (bv[i] == b && bi[i] < id)) {
-                    b = bv[i];
-                    id = bi[i];
-                }
-            chosen[r] = id;
-            wsum += b;
-            probs[id] = -2.0;  // taken
-            bv[0] = b;
-        }
-        __syncthreads();
+        // Remove the winner from its owner's registers.
+#pragma unroll
+        for (int j = 0; j < TOPK_PER; j++)
+            if (lane + j * WARP == bid) l[j] = -INFINITY;
     }
-    if (threadIdx.x == 0) {
-        wsum = fmax(wsum, 6.1035e-5);
-        // Re-read the chosen probabilities (overwritten above): recompute.
-        for (int r = 0; r < k; r++) {
-            int id = chosen[r];
-            double p = exp((double)(row[id] - mx)) / sum;
-            ids[t * k + r] = id;
-            wts[t * k + r] = (float)(p / wsum);
-        }
+    wsum = fmax(wsum, 6.1035e-5);
+    if (lane < k) {
+        ids[t * k + lane] = chosen;
+        wts[t * k + lane] = (float)(chosen_p / wsum);
     }
 }
 
-// x[t] += Σ_r wts[t][r]·down[t·k + r] + sigmoid(h[t]·sh_inp)·sh[t], one block
-// per token.
+// Group the n routed slots (ids[q] = expert of slot q) by expert: counts,
+// offsets (exclusive prefix sum) and perm (the slots of each expert, in any
+// order: every slot's product is computed on its own). One block.
+extern "C" __global__ void moe_group(const int* __restrict__ ids, int n, int ne,
+                                     int* __restrict__ counts, int* __restrict__ offsets,
+                                     int* __restrict__ perm) {
+    extern __shared__ int gsh[];
+    int* cnt = gsh;
+    int* pos = gsh + ne;
+    for (int e = threadIdx.x; e < ne; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (int e = 0; e < ne; e++) {
+            pos[e] = run;
+            offsets[e] = run;
+            counts[e] = cnt[e];
+            run += cnt[e];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) perm[atomicAdd(&pos[ids[i]], 1)] = i;
+}
+
+// x[t] += Σ_r wts[t][r]·down[t·k + r] + sigmoid(h[t]·sh_inp)·sh[t]. Grid
+// (d / 256 column blocks, tokens); each block computes the shared-expert
+// gate itself.
 extern "C" __global__ void moe_combine(float* __restrict__ x, const float* __restrict__ down,
                                        const float* __restrict__ wts, int k,
                                        const float* __restrict__ sh, const float* __restrict__ h,
                                        const float* __restrict__ sh_inp, int d) {
-    int t = blockIdx.x;
+    int t = blockIdx.y;
     float gl = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) gl += h[(u64)t * d + i] * sh_inp[i];
     gl = block_sum_f(gl);
     float gate = sigmoid_f(gl);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float y = 0.f;
-        for (int r = 0; r < k; r++) y += wts[t * k + r] * down[((u64)t * k + r) * d + i];
-        x[(u64)t * d + i] += y + gate * sh[(u64)t * d + i];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= d) return;
+    float y = 0.f;
+    for (int r = 0; r < k; r++) y += wts[t * k + r] * down[((u64)t * k + r) * d + i];
+    x[(u64)t * d + i] += y + gate * sh[(u64)t * d + i];
+}
+
+// x += y, then out = rmsnorm(x)·w, one block per row of dim values.
+extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ y,
+                                       const float* __restrict__ w, float* __restrict__ out,
+                                       int dim, float eps) {
+    u64 base = (u64)blockIdx.x * dim;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = x[base + i] + y[base + i];
+        x[base + i] = v;
+        ss += (double)v * (double)v;
     }
+    ss = block_sum_d(ss);
+    float s = (float)(1.0 / sqrt(ss / dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = x[base + i] * s * w[i];
 }
 
 // ---------------------------------------------------------------------------

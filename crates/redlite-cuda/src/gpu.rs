@@ -115,6 +115,44 @@ pub enum Arg {
     D(f64),
 }
 
+/// A kernel ready to launch (its name kept for errors and profiles).
+#[derive(Clone, Copy, Debug)]
+pub struct Func {
+    f: sys::CUfunction,
+    pub name: &'static str,
+}
+
+// SAFETY: a function handle is a plain driver handle, valid in its context.
+unsafe impl Send for Func {}
+// SAFETY: as above.
+unsafe impl Sync for Func {}
+
+/// Per-kernel GPU time, collected when profiling (`REDLITE_CUDA_PROFILE=1`).
+#[derive(Default)]
+struct Prof {
+    pending: Vec<(&'static str, sys::CUevent, sys::CUevent)>,
+    totals: std::collections::BTreeMap<&'static str, (f64, u64)>,
+}
+
+/// A captured CUDA graph, ready to replay on the stream.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: graph handles are driver handles used under the model's lock.
+unsafe impl Send for Graph {}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: created once by `end_capture`, destroyed once.
+        unsafe {
+            let _ = sys::cuGraphExecDestroy(self.exec);
+            let _ = sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
 /// One CUDA device with its context, stream and compiled kernels.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -123,8 +161,9 @@ pub struct Gpu {
     pub name: String,
     pub cc: (i32, i32),
     pub total_mem: usize,
-    funcs: HashMap<String, sys::CUfunction>,
+    funcs: HashMap<String, Func>,
     _module: sys::CUmodule,
+    prof: Option<std::sync::Mutex<Prof>>,
 }
 
 // SAFETY: the stream, module and functions are driver handles usable from any
@@ -179,8 +218,12 @@ impl Gpu {
             // SAFETY: `module` is loaded and alive for the Gpu's lifetime.
             let f = unsafe { result::module::get_function(module, cname) }
                 .map_err(|e| CudaError::Driver(format!("kernel {k}: {e:?}")))?;
-            funcs.insert(k.clone(), f);
+            let name: &'static str = Box::leak(k.clone().into_boxed_str());
+            funcs.insert(k.clone(), Func { f, name });
         }
+        let prof = std::env::var_os("REDLITE_CUDA_PROFILE")
+            .filter(|v| v != "0")
+            .map(|_| std::sync::Mutex::new(Prof::default()));
         Ok(Gpu {
             ctx,
             stream,
@@ -190,7 +233,108 @@ impl Gpu {
             total_mem,
             funcs,
             _module: module,
+            prof,
         })
+    }
+
+    /// The kernel called `name`.
+    pub fn func(&self, name: &str) -> Result<Func, CudaError> {
+        self.funcs
+            .get(name)
+            .copied()
+            .ok_or_else(|| CudaError::Driver(format!("no kernel named {name}")))
+    }
+
+    /// Whether per-kernel profiling is on (`REDLITE_CUDA_PROFILE=1`).
+    pub fn profiling(&self) -> bool {
+        self.prof.is_some()
+    }
+
+    /// Fold the timed launches since the last call into the per-kernel
+    /// totals (synchronises).
+    pub fn profile_collect(&self) -> Result<(), CudaError> {
+        let Some(p) = &self.prof else { return Ok(()) };
+        self.sync()?;
+        let mut p = p
+            .lock()
+            .map_err(|_| CudaError::Driver("profile lock".into()))?;
+        let pending = std::mem::take(&mut p.pending);
+        for (name, a, b) in pending {
+            let mut ms = 0f32;
+            // SAFETY: both events were recorded on the stream, which is synchronised.
+            unsafe {
+                let _ = sys::cuEventElapsedTime_v2(&mut ms, a, b);
+                let _ = sys::cuEventDestroy_v2(a);
+                let _ = sys::cuEventDestroy_v2(b);
+            }
+            let e = p.totals.entry(name).or_insert((0.0, 0));
+            e.0 += ms as f64;
+            e.1 += 1;
+        }
+        Ok(())
+    }
+
+    /// The per-kernel totals: (kernel, milliseconds, launches), largest first;
+    /// clears them.
+    pub fn profile_take(&self) -> Vec<(&'static str, f64, u64)> {
+        let Some(p) = &self.prof else {
+            return Vec::new();
+        };
+        let Ok(mut p) = p.lock() else {
+            return Vec::new();
+        };
+        let mut v: Vec<_> = std::mem::take(&mut p.totals)
+            .into_iter()
+            .map(|(k, (ms, n))| (k, ms, n))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
+
+    /// Start capturing the stream's work into a graph.
+    pub fn begin_capture(&self) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the stream belongs to the bound context.
+        unsafe {
+            sys::cuStreamBeginCapture_v2(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .result()
+            .map_err(drv("starting a graph capture"))
+        }
+    }
+
+    /// End the capture and instantiate the graph.
+    pub fn end_capture(&self) -> Result<Graph, CudaError> {
+        let mut graph = std::mem::MaybeUninit::uninit();
+        // SAFETY: ends the capture begun on this stream.
+        let graph = unsafe {
+            sys::cuStreamEndCapture(self.stream, graph.as_mut_ptr())
+                .result()
+                .map_err(drv("ending a graph capture"))?;
+            graph.assume_init()
+        };
+        let mut exec = std::mem::MaybeUninit::uninit();
+        // SAFETY: instantiates the graph just captured.
+        let exec = unsafe {
+            match sys::cuGraphInstantiateWithFlags(exec.as_mut_ptr(), graph, 0).result() {
+                Ok(()) => exec.assume_init(),
+                Err(e) => {
+                    let _ = sys::cuGraphDestroy(graph);
+                    return Err(drv("instantiating a graph")(e));
+                }
+            }
+        };
+        Ok(Graph { graph, exec })
+    }
+
+    /// Replay `g` on the stream.
+    pub fn replay(&self, g: &Graph) -> Result<(), CudaError> {
+        // SAFETY: the graph was instantiated in this context.
+        unsafe { sys::cuGraphLaunch(g.exec, self.stream) }
+            .result()
+            .map_err(drv("launching a graph"))
     }
 
     pub fn bind(&self) -> Result<(), CudaError> {
@@ -225,10 +369,11 @@ impl Gpu {
         Ok(b)
     }
 
-    /// A device copy of `data` (synchronous).
+    /// A device copy of `data` (synchronous), with 64 zeroed bytes of
+    /// padding behind it (the matrix kernels read whole 16-byte words).
     pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DevBuf, CudaError> {
         let bytes = std::mem::size_of_val(data);
-        let b = self.alloc(bytes)?;
+        let b = self.zeros(bytes + 64)?;
         self.htod(b.ptr, data)?;
         Ok(b)
     }
@@ -293,10 +438,31 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        let f = *self
-            .funcs
-            .get(name)
-            .ok_or_else(|| CudaError::Driver(format!("no kernel named {name}")))?;
+        let f = self.func(name)?;
+        self.launch_f(f, grid, block, smem, args)
+    }
+
+    /// Queue kernel `f` on the stream (timed when profiling).
+    pub fn launch_f(
+        &self,
+        func: Func,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        let (f, name) = (func.f, func.name);
+        let ev = |flags: u32| -> Option<sys::CUevent> {
+            let mut e = std::mem::MaybeUninit::uninit();
+            // SAFETY: creates and records an event on our stream.
+            unsafe {
+                sys::cuEventCreate(e.as_mut_ptr(), flags).result().ok()?;
+                let e = e.assume_init();
+                sys::cuEventRecord(e, self.stream).result().ok()?;
+                Some(e)
+            }
+        };
+        let start = self.prof.as_ref().and_then(|_| ev(0));
         let mut slots = [0u64; 32];
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!("{name}: too many arguments")));
@@ -318,8 +484,14 @@ impl Gpu {
         // expect; the slots outlive the call.
         unsafe {
             result::launch_kernel(f, grid, (block, 1, 1), smem, self.stream, &mut ptrs)
-                .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))
+                .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
         }
+        if let (Some(p), Some(a)) = (&self.prof, start) {
+            if let (Some(b), Ok(mut p)) = (ev(0), p.lock()) {
+                p.pending.push((name, a, b));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -11,13 +11,14 @@ use redlite_gguf::{GgmlType, GgufFile};
 use redlite_model::weights::{Experts, Mat, Mixer};
 use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError};
 
-use crate::gpu::{Arg, DevBuf, Gpu};
+use crate::gpu::{Arg, DevBuf, Func, Gpu, Graph};
 use crate::{dequant_src, CudaError};
 
 /// Most tokens one pass of the kernels takes; longer inputs go in chunks.
 const T_MAX: usize = 512;
-/// Most attention splits per (query, head) for decode, and for prefill.
-const NS_DECODE: usize = 512;
+/// Attention splits per (query, head): always this many for decode (so one
+/// captured graph serves every position), up to this many for prefill.
+const NS_DECODE: usize = 256;
 const NS_PREFILL: usize = 8;
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
@@ -29,6 +30,7 @@ fn merr(e: CudaError) -> ModelError {
 /// A matrix on the device.
 struct DMat {
     ty: GgmlType,
+    mv: Func,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -37,7 +39,8 @@ struct DMat {
 
 /// A stack of expert matrices on the device: expert `e` at `base + e·stride`.
 struct DExperts {
-    ty: GgmlType,
+    mv: Func,
+    mvg: Func,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -90,8 +93,6 @@ struct Scratch {
     z: DevBuf,
     ba: DevBuf,
     u: DevBuf,
-    beta: DevBuf,
-    g: DevBuf,
     o: DevBuf,
     qg: DevBuf,
     q: DevBuf,
@@ -109,6 +110,35 @@ struct Scratch {
     su: DevBuf,
     sd: DevBuf,
     logits: DevBuf,
+    /// Prefill expert grouping: slots per expert, their offsets, the slots.
+    counts: DevBuf,
+    offsets: DevBuf,
+    perm: DevBuf,
+    /// Control words the kernels read: [position of the first token, tokens].
+    ctl: DevBuf,
+    /// Per layer, two pointers: (conv, ssm) or (keys, values) of the sequence.
+    tab: DevBuf,
+    /// The captured decode step (one token, last logits), replayed per token.
+    graph: Option<Graph>,
+}
+
+/// The forward pass's kernels.
+struct Kern {
+    norm_rows: Func,
+    gated_rmsnorm: Func,
+    add_rmsnorm: Func,
+    swiglu: Func,
+    conv_silu: Func,
+    delta_rule: Func,
+    rope_neox: Func,
+    kv_append: Func,
+    attn_split: Func,
+    attn_combine: Func,
+    moe_topk: Func,
+    moe_group: Func,
+    moe_combine: Func,
+    fill_normal: Func,
+    getrows_embd: Func,
 }
 
 /// The model on a CUDA device.
@@ -124,6 +154,8 @@ pub struct CudaModel {
     rope_mscale: f64,
     scratch: Mutex<Scratch>,
     weight_bytes: usize,
+    k: Kern,
+    use_graph: bool,
     _bufs: Vec<DevBuf>,
 }
 
@@ -132,16 +164,16 @@ pub fn kernel_names() -> Vec<String> {
     let mut k: Vec<String> = [
         "norm_rows",
         "gated_rmsnorm",
-        "add_inplace",
+        "add_rmsnorm",
         "swiglu",
-        "dn_gates",
         "conv_silu",
         "delta_rule",
         "rope_neox",
+        "kv_append",
         "attn_split",
         "attn_combine",
-        "split_q",
         "moe_topk",
+        "moe_group",
         "moe_combine",
         "fill_normal",
     ]
@@ -151,6 +183,7 @@ pub fn kernel_names() -> Vec<String> {
     for s in dequant_src::all_suffixes() {
         k.push(format!("mv_{s}"));
         k.push(format!("getrows_{s}"));
+        k.push(format!("mvg_{s}"));
     }
     k
 }
@@ -187,8 +220,14 @@ impl Uploader<'_> {
         Ok(p)
     }
 
+    fn mv(&self, ty: GgmlType, name: &str) -> Result<Func, ModelError> {
+        self.gpu
+            .func(&format!("mv_{}", suffix(ty, name)?))
+            .map_err(merr)
+    }
+
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
-        suffix(m.ty, name)?;
+        let mv = self.mv(m.ty, name)?;
         if !m.n_in.is_multiple_of(8) {
             return Err(ModelError::Backend(format!(
                 "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
@@ -211,6 +250,7 @@ impl Uploader<'_> {
         self.bufs.push(b);
         Ok(DMat {
             ty: m.ty,
+            mv,
             n_in: m.n_in,
             n_out: m.n_out,
             row_bytes,
@@ -219,7 +259,11 @@ impl Uploader<'_> {
     }
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
-        suffix(x.ty, name)?;
+        let mv = self.mv(x.ty, name)?;
+        let mvg = self
+            .gpu
+            .func(&format!("mvg_{}", suffix(x.ty, name)?))
+            .map_err(merr)?;
         if !x.n_in.is_multiple_of(8) {
             return Err(ModelError::Backend(format!(
                 "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
@@ -240,7 +284,8 @@ impl Uploader<'_> {
         };
         let row_bytes = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
         Ok(DExperts {
-            ty: x.ty,
+            mv,
+            mvg,
             n_in: x.n_in,
             n_out: x.n_out,
             row_bytes,
@@ -266,10 +311,15 @@ impl CudaModel {
             ));
         }
         let c = model.config().clone();
-        if c.ssm_d_k > 256 || c.head_dim > 256 || c.conv_kernel > 8 || c.n_expert_used > 64 {
+        if c.ssm_d_k > 256
+            || c.head_dim > 256
+            || c.conv_kernel > 8
+            || c.n_expert_used > 32
+            || c.n_expert > 512
+        {
             return Err(ModelError::Backend(format!(
-                "the CUDA kernels take head dims up to 256, conv kernels up to 8 and up to 64 \
-                 experts per token (this model: d_k {}, head_dim {}, conv {}, {} experts)",
+                "the CUDA kernels take head dims up to 256, conv kernels up to 8 and up to 32 \
+                 experts per token of at most 512 (this model: d_k {}, head_dim {}, conv {}, {} experts)",
                 c.ssm_d_k, c.head_dim, c.conv_kernel, c.n_expert_used
             )));
         }
@@ -332,6 +382,28 @@ impl CudaModel {
         let weight_bytes = up.bytes;
         let bufs = up.bufs;
         let scratch = Scratch::new(&gpu, &c).map_err(merr)?;
+        let fk = |n: &str| gpu.func(n).map_err(merr);
+        let k = Kern {
+            norm_rows: fk("norm_rows")?,
+            gated_rmsnorm: fk("gated_rmsnorm")?,
+            add_rmsnorm: fk("add_rmsnorm")?,
+            swiglu: fk("swiglu")?,
+            conv_silu: fk("conv_silu")?,
+            delta_rule: fk("delta_rule")?,
+            rope_neox: fk("rope_neox")?,
+            kv_append: fk("kv_append")?,
+            attn_split: fk("attn_split")?,
+            attn_combine: fk("attn_combine")?,
+            moe_topk: fk("moe_topk")?,
+            moe_group: fk("moe_group")?,
+            moe_combine: fk("moe_combine")?,
+            fill_normal: fk("fill_normal")?,
+            getrows_embd: fk(&format!(
+                "getrows_{}",
+                suffix(w.token_embd.ty, "token_embd")?
+            ))?,
+        };
+        let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -344,6 +416,8 @@ impl CudaModel {
             rope_mscale: mscale,
             scratch: Mutex::new(scratch),
             weight_bytes,
+            k,
+            use_graph,
             _bufs: bufs,
         })
     }
@@ -354,9 +428,8 @@ impl CudaModel {
     }
 
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize) -> Result<(), CudaError> {
-        let s = dequant_src::type_suffix(m.ty).unwrap_or("F32");
-        self.gpu.launch(
-            &format!("mv_{s}"),
+        self.gpu.launch_f(
+            m.mv,
             (m.n_out.div_ceil(4) as u32, t.div_ceil(8) as u32, 1),
             128,
             0,
@@ -375,24 +448,97 @@ impl CudaModel {
                 Arg::I(1),
                 Arg::U(0),
                 Arg::U(0),
+                Arg::U(0),
+            ],
+        )
+    }
+
+    /// One token: `y = M·(silu(g) ⊙ u)`, the SwiGLU product formed as the
+    /// kernel stages its input.
+    fn mv_swiglu(&self, m: &DMat, g: u64, u: u64, y: u64) -> Result<(), CudaError> {
+        self.gpu.launch_f(
+            m.mv,
+            (m.n_out.div_ceil(4) as u32, 1, 1),
+            128,
+            0,
+            &[
+                Arg::U(m.ptr),
+                Arg::U(m.row_bytes as u64),
+                Arg::I(m.n_in as i32),
+                Arg::I(m.n_out as i32),
+                Arg::U(g),
+                Arg::I(m.n_in as i32),
+                Arg::U(y),
+                Arg::I(m.n_out as i32),
+                Arg::I(1),
+                Arg::U(0),
+                Arg::U(0),
+                Arg::I(1),
+                Arg::U(0),
+                Arg::U(0),
+                Arg::U(u),
+            ],
+        )
+    }
+
+    /// `ya = A·x` and `yb = B·x` in one launch when A and B have the same
+    /// type and shape (slot 1 reaches B and `yb` by pointer differences),
+    /// else two.
+    fn mv_pair(
+        &self,
+        a: &DMat,
+        b: &DMat,
+        x: u64,
+        ya: u64,
+        yb: u64,
+        t: usize,
+    ) -> Result<(), CudaError> {
+        if a.ty != b.ty || a.n_in != b.n_in || a.n_out != b.n_out || a.row_bytes != b.row_bytes {
+            self.mv(a, x, ya, t)?;
+            return self.mv(b, x, yb, t);
+        }
+        let dw = b.ptr.wrapping_sub(a.ptr);
+        let dy = ((yb as i64).wrapping_sub(ya as i64) / 4) as u64;
+        self.gpu.launch_f(
+            a.mv,
+            (a.n_out.div_ceil(4) as u32, t.div_ceil(8) as u32, 2),
+            128,
+            0,
+            &[
+                Arg::U(a.ptr),
+                Arg::U(a.row_bytes as u64),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_out as i32),
+                Arg::U(x),
+                Arg::I(a.n_in as i32),
+                Arg::U(ya),
+                Arg::I(a.n_out as i32),
+                Arg::I(t as i32),
+                Arg::U(0),
+                Arg::U(dw),
+                Arg::I(1),
+                Arg::U(0),
+                Arg::U(dy),
+                Arg::U(0),
             ],
         )
     }
 
     /// Expert products for `slots` (token, choice) pairs: slot z multiplies
     /// expert ids[z] with x + (z / x_div)·n_in and writes y + z·n_out.
+    #[allow(clippy::too_many_arguments)]
     fn mv_experts(
         &self,
         m: &DExperts,
         ids: u64,
         slots: usize,
         x: u64,
+        x2: u64,
         x_div: usize,
         y: u64,
     ) -> Result<(), CudaError> {
-        let s = dequant_src::type_suffix(m.ty).unwrap_or("F32");
-        self.gpu.launch(
-            &format!("mv_{s}"),
+        self.gpu.launch_f(
+            m.mv,
             (m.n_out.div_ceil(4) as u32, 1, slots as u32),
             128,
             0,
@@ -411,6 +557,40 @@ impl CudaModel {
                 Arg::I(x_div as i32),
                 Arg::U(m.n_in as u64),
                 Arg::U(m.n_out as u64),
+                Arg::U(x2),
+            ],
+        )
+    }
+
+    /// Expert products grouped by expert (after `moe_group`): every slot q
+    /// reads x + (q / x_div)·n_in and writes y + q·n_out.
+    fn mv_grouped(
+        &self,
+        m: &DExperts,
+        s: &Scratch,
+        x: u64,
+        x_div: usize,
+        y: u64,
+    ) -> Result<(), CudaError> {
+        self.gpu.launch_f(
+            m.mvg,
+            (m.n_out.div_ceil(4) as u32, 1, self.c.n_expert as u32),
+            128,
+            0,
+            &[
+                Arg::U(m.base),
+                Arg::U(m.row_bytes as u64),
+                Arg::I(m.n_in as i32),
+                Arg::I(m.n_out as i32),
+                Arg::U(m.stride),
+                Arg::U(x),
+                Arg::I(x_div as i32),
+                Arg::U(m.n_in as u64),
+                Arg::U(y),
+                Arg::U(m.n_out as u64),
+                Arg::U(s.counts.ptr),
+                Arg::U(s.offsets.ptr),
+                Arg::U(s.perm.ptr),
             ],
         )
     }
@@ -429,8 +609,8 @@ impl CudaModel {
         mode: i32,
         mul: f64,
     ) -> Result<(), CudaError> {
-        self.gpu.launch(
-            "norm_rows",
+        self.gpu.launch_f(
+            self.k.norm_rows,
             (rows as u32, 1, 1),
             dim.clamp(32, 256).next_power_of_two().min(256) as u32,
             0,
@@ -451,9 +631,9 @@ impl CudaModel {
         )
     }
 
-    fn elementwise(&self, name: &str, a: u64, b: u64, n: usize) -> Result<(), CudaError> {
-        self.gpu.launch(
-            name,
+    fn elementwise(&self, f: Func, a: u64, b: u64, n: usize) -> Result<(), CudaError> {
+        self.gpu.launch_f(
+            f,
             (n.div_ceil(256) as u32, 1, 1),
             256,
             0,
@@ -461,23 +641,47 @@ impl CudaModel {
         )
     }
 
-    /// One pass over `tokens` (at most `T_MAX`) of one sequence; leaves the
-    /// final hidden states in `s.x`.
-    fn pass(&self, s: &Scratch, st: &mut CudaState, tokens: &[u32]) -> Result<(), CudaError> {
-        let c = &self.c;
+    /// Before a pass over `tokens` of `st`: room in the KV cache, and the
+    /// token ids, control words and state table on the device.
+    fn prepare(&self, s: &Scratch, st: &mut CudaState, tokens: &[u32]) -> Result<(), CudaError> {
         let g = &self.gpu;
-        let t = tokens.len();
-        let d = c.n_embd;
-        let pos0 = st.pos;
-        st.reserve(g, c, pos0 + t)?;
+        st.reserve(g, &self.c, st.pos + tokens.len())?;
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         g.htod(s.tok.ptr, &ids)?;
+        g.htod(s.ctl.ptr, &[st.pos as i32, tokens.len() as i32, 0, 0])?;
+        let (mut idn, mut iat) = (0, 0);
+        let mut tab = Vec::with_capacity(2 * self.layers.len());
+        for l in &self.layers {
+            match l.mixer {
+                DMixer::DeltaNet { .. } => {
+                    tab.push(st.conv[idn].ptr);
+                    tab.push(st.ssm[idn].ptr);
+                    idn += 1;
+                }
+                DMixer::Attention { .. } => {
+                    tab.push(st.k[iat].ptr);
+                    tab.push(st.v[iat].ptr);
+                    iat += 1;
+                }
+            }
+        }
+        g.htod(s.tab.ptr, &tab)
+    }
+
+    /// Queue one pass over `t` tokens (at most `T_MAX`) prepared by
+    /// [`CudaModel::prepare`] at position `pos0`, then the LM head over the
+    /// last `rows` of them (logits in `s.logits`). Launches only: no copy, no
+    /// synchronisation, so a decode step can be captured as a graph (the
+    /// kernels read the position and the state pointers from the device; `ns`
+    /// attention splits).
+    fn encode(&self, s: &Scratch, t: usize, ns: usize, rows: usize) -> Result<(), CudaError> {
+        let c = &self.c;
+        let g = &self.gpu;
+        let k = &self.k;
+        let d = c.n_embd;
         let te = &self.token_embd;
-        g.launch(
-            &format!(
-                "getrows_{}",
-                dequant_src::type_suffix(te.ty).unwrap_or("F32")
-            ),
+        g.launch_f(
+            k.getrows_embd,
             (t as u32, 1, 1),
             128,
             0,
@@ -490,8 +694,8 @@ impl CudaModel {
             ],
         )?;
         let f4 = 4u64;
-        let (mut idn, mut iat) = (0, 0);
-        for l in &self.layers {
+        for (il, l) in self.layers.iter().enumerate() {
+            let slot = (2 * il) as i32;
             self.norm(s.x.ptr, s.h.ptr, l.attn_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
             match &l.mixer {
                 DMixer::DeltaNet {
@@ -505,29 +709,12 @@ impl CudaModel {
                     out,
                 } => {
                     let (hk, hv, dk, dv) = (c.ssm_h_k, c.ssm_h_v, c.ssm_d_k, c.ssm_d_v);
-                    let (cd, kd, vd) = (c.conv_dim(), c.key_dim(), c.value_dim());
+                    let (cd, kd) = (c.conv_dim(), c.key_dim());
                     self.mv(qkv, s.h.ptr, s.qkv.ptr, t)?;
                     self.mv(gate, s.h.ptr, s.z.ptr, t)?;
                     self.mv(ba, s.h.ptr, s.ba.ptr, t)?;
-                    g.launch(
-                        "dn_gates",
-                        ((t * hv).div_ceil(128) as u32, 1, 1),
-                        128,
-                        0,
-                        &[
-                            Arg::U(s.ba.ptr),
-                            Arg::U(*ssm_a),
-                            Arg::U(*dt_bias),
-                            Arg::U(s.beta.ptr),
-                            Arg::U(s.g.ptr),
-                            Arg::I(t as i32),
-                            Arg::I(hv as i32),
-                            Arg::I((hv / hk) as i32),
-                        ],
-                    )?;
-                    let (cv, ssm) = (&st.conv[idn], &st.ssm[idn]);
-                    g.launch(
-                        "conv_silu",
+                    g.launch_f(
+                        k.conv_silu,
                         (cd.div_ceil(128) as u32, 1, 1),
                         128,
                         0,
@@ -537,17 +724,13 @@ impl CudaModel {
                             Arg::I(cd as i32),
                             Arg::I(c.conv_kernel as i32),
                             Arg::U(*conv),
-                            Arg::U(cv.ptr),
+                            Arg::U(s.tab.ptr),
+                            Arg::I(slot),
                             Arg::U(s.u.ptr),
                         ],
                     )?;
-                    // L2-normalise q (scaled by 1/sqrt(d_k)) and k per key head, in place.
-                    let qs = 1.0 / (dk as f64).sqrt();
-                    self.norm(s.u.ptr, s.u.ptr, 0, dk, t * hk, hk, (cd, dk, cd, dk), 1, qs)?;
-                    let kp = s.u.ptr + (kd as u64) * f4;
-                    self.norm(kp, kp, 0, dk, t * hk, hk, (cd, dk, cd, dk), 1, 1.0)?;
-                    g.launch(
-                        "delta_rule",
+                    g.launch_f(
+                        k.delta_rule,
                         (hv as u32, dv.div_ceil(4) as u32, 1),
                         128,
                         0,
@@ -555,19 +738,23 @@ impl CudaModel {
                             Arg::U(s.u.ptr),
                             Arg::I(cd as i32),
                             Arg::I(kd as i32),
-                            Arg::U(s.beta.ptr),
-                            Arg::U(s.g.ptr),
-                            Arg::U(ssm.ptr),
+                            Arg::U(s.ba.ptr),
+                            Arg::U(*ssm_a),
+                            Arg::U(*dt_bias),
+                            Arg::U(s.tab.ptr),
+                            Arg::I(slot + 1),
                             Arg::U(s.o.ptr),
                             Arg::I(t as i32),
                             Arg::I(hk as i32),
                             Arg::I(hv as i32),
                             Arg::I(dk as i32),
                             Arg::I(dv as i32),
+                            Arg::F(c.rms_eps),
+                            Arg::D(1.0 / (dk as f64).sqrt()),
                         ],
                     )?;
-                    g.launch(
-                        "gated_rmsnorm",
+                    g.launch_f(
+                        k.gated_rmsnorm,
                         ((t * hv) as u32, 1, 1),
                         dv.clamp(32, 256).next_power_of_two().min(256) as u32,
                         0,
@@ -579,13 +766,11 @@ impl CudaModel {
                             Arg::F(c.rms_eps),
                         ],
                     )?;
-                    let _ = vd;
                     self.mv(out, s.o.ptr, s.mix.ptr, t)?;
-                    idn += 1;
                 }
                 DMixer::Attention {
                     q,
-                    k,
+                    k: wk,
                     v,
                     out,
                     q_norm,
@@ -593,8 +778,7 @@ impl CudaModel {
                 } => {
                     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
                     self.mv(q, s.h.ptr, s.qg.ptr, t)?;
-                    self.mv(k, s.h.ptr, s.k.ptr, t)?;
-                    self.mv(v, s.h.ptr, s.v.ptr, t)?;
+                    self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t)?;
                     self.norm(
                         s.qg.ptr,
                         s.q.ptr,
@@ -622,8 +806,8 @@ impl CudaModel {
                         if n == 0 {
                             continue;
                         }
-                        g.launch(
-                            "rope_neox",
+                        g.launch_f(
+                            k.rope_neox,
                             (n.div_ceil(128) as u32, 1, 1),
                             128,
                             0,
@@ -635,39 +819,46 @@ impl CudaModel {
                                 Arg::I(self.rope_half as i32),
                                 Arg::U(self.rope_pairs.ptr),
                                 Arg::D(self.rope_mscale),
-                                Arg::I(pos0 as i32),
+                                Arg::U(s.ctl.ptr),
                             ],
                         )?;
                     }
-                    let row = (nkv * hd * 4) as u64;
-                    let (kc, vc) = (&st.k[iat], &st.v[iat]);
-                    g.dtod(kc.ptr + pos0 as u64 * row, s.k.ptr, t * row as usize)?;
-                    g.dtod(vc.ptr + pos0 as u64 * row, s.v.ptr, t * row as usize)?;
-                    let n_keys = pos0 + t;
-                    let ns_max = if t == 1 { NS_DECODE } else { NS_PREFILL };
-                    let ns = n_keys.div_ceil(SPLIT_MIN).clamp(1, ns_max);
-                    let split = n_keys.div_ceil(ns);
-                    g.launch(
-                        "attn_split",
+                    let row = nkv * hd;
+                    g.launch_f(
+                        k.kv_append,
+                        ((t * row).div_ceil(256) as u32, 1, 1),
+                        256,
+                        0,
+                        &[
+                            Arg::U(s.k.ptr),
+                            Arg::U(s.v.ptr),
+                            Arg::U(s.tab.ptr),
+                            Arg::I(slot),
+                            Arg::U(s.ctl.ptr),
+                            Arg::I(t as i32),
+                            Arg::I(row as i32),
+                        ],
+                    )?;
+                    g.launch_f(
+                        k.attn_split,
                         (nh as u32, t as u32, ns as u32),
                         128,
                         0,
                         &[
                             Arg::U(s.q.ptr),
-                            Arg::U(kc.ptr),
-                            Arg::U(vc.ptr),
+                            Arg::U(s.tab.ptr),
+                            Arg::I(slot),
                             Arg::U(s.part.ptr),
-                            Arg::I(pos0 as i32),
+                            Arg::U(s.ctl.ptr),
                             Arg::I(nh as i32),
                             Arg::I(nkv as i32),
                             Arg::I(hd as i32),
                             Arg::F(1.0 / (hd as f32).sqrt()),
-                            Arg::I(split as i32),
                             Arg::I(ns as i32),
                         ],
                     )?;
-                    g.launch(
-                        "attn_combine",
+                    g.launch_f(
+                        k.attn_combine,
                         (nh as u32, t as u32, 1),
                         hd.clamp(32, 256) as u32,
                         0,
@@ -682,85 +873,123 @@ impl CudaModel {
                         ],
                     )?;
                     self.mv(out, s.att.ptr, s.mix.ptr, t)?;
-                    iat += 1;
                 }
             }
-            self.elementwise("add_inplace", s.x.ptr, s.mix.ptr, t * d)?;
-            self.norm(s.x.ptr, s.h.ptr, l.post_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
-            // MoE: router, top-k, routed experts, shared expert, combine.
-            let (ne, k) = (c.n_expert, c.n_expert_used);
-            self.mv(&l.router, s.h.ptr, s.rl.ptr, t)?;
-            g.launch(
-                "moe_topk",
+            g.launch_f(
+                k.add_rmsnorm,
                 (t as u32, 1, 1),
                 256,
-                (ne * 8) as u32,
+                0,
+                &[
+                    Arg::U(s.x.ptr),
+                    Arg::U(s.mix.ptr),
+                    Arg::U(l.post_norm),
+                    Arg::U(s.h.ptr),
+                    Arg::I(d as i32),
+                    Arg::F(c.rms_eps),
+                ],
+            )?;
+            // MoE: router, top-k, routed experts, shared expert, combine.
+            let (ne, kk) = (c.n_expert, c.n_expert_used);
+            self.mv(&l.router, s.h.ptr, s.rl.ptr, t)?;
+            g.launch_f(
+                k.moe_topk,
+                (t as u32, 1, 1),
+                32,
+                0,
                 &[
                     Arg::U(s.rl.ptr),
                     Arg::I(ne as i32),
-                    Arg::I(k as i32),
+                    Arg::I(kk as i32),
                     Arg::U(s.ids.ptr),
                     Arg::U(s.wts.ptr),
                 ],
             )?;
-            let slots = t * k;
-            self.mv_experts(&l.gate, s.ids.ptr, slots, s.h.ptr, k, s.eg.ptr)?;
-            self.mv_experts(&l.up, s.ids.ptr, slots, s.h.ptr, k, s.eu.ptr)?;
-            self.elementwise("swiglu", s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
-            self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, 1, s.ed.ptr)?;
-            self.mv(&l.sh_gate, s.h.ptr, s.sg.ptr, t)?;
-            self.mv(&l.sh_up, s.h.ptr, s.su.ptr, t)?;
-            self.elementwise("swiglu", s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
-            self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t)?;
-            g.launch(
-                "moe_combine",
-                (t as u32, 1, 1),
+            let slots = t * kk;
+            if t == 1 {
+                // Decode: one launch per matrix over the k chosen experts.
+                // The down product reads silu(gate) ⊙ up directly.
+                self.mv_experts(&l.gate, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eg.ptr)?;
+                self.mv_experts(&l.up, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eu.ptr)?;
+                self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, s.eu.ptr, 1, s.ed.ptr)?;
+            } else {
+                // Prefill: slots grouped by expert, each expert read once.
+                g.launch_f(
+                    k.moe_group,
+                    (1, 1, 1),
+                    1024,
+                    (2 * ne * 4) as u32,
+                    &[
+                        Arg::U(s.ids.ptr),
+                        Arg::I(slots as i32),
+                        Arg::I(ne as i32),
+                        Arg::U(s.counts.ptr),
+                        Arg::U(s.offsets.ptr),
+                        Arg::U(s.perm.ptr),
+                    ],
+                )?;
+                self.mv_grouped(&l.gate, s, s.h.ptr, kk, s.eg.ptr)?;
+                self.mv_grouped(&l.up, s, s.h.ptr, kk, s.eu.ptr)?;
+                self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
+                self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr)?;
+            }
+            self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t)?;
+            if t == 1 {
+                self.mv_swiglu(&l.sh_down, s.sg.ptr, s.su.ptr, s.sd.ptr)?;
+            } else {
+                self.elementwise(k.swiglu, s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
+                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t)?;
+            }
+            g.launch_f(
+                k.moe_combine,
+                (d.div_ceil(256) as u32, t as u32, 1),
                 256,
                 0,
                 &[
                     Arg::U(s.x.ptr),
                     Arg::U(s.ed.ptr),
                     Arg::U(s.wts.ptr),
-                    Arg::I(k as i32),
+                    Arg::I(kk as i32),
                     Arg::U(s.sd.ptr),
                     Arg::U(s.h.ptr),
                     Arg::U(l.sh_inp),
                     Arg::I(d as i32),
                 ],
             )?;
-            let _ = (l.down.n_in, l.up.n_in);
         }
-        st.pos = pos0 + t;
+        // Final norm and LM head over the last `rows` hidden states.
+        if rows > 0 {
+            let first = s.x.ptr + ((t - rows) * d * 4) as u64;
+            self.norm(
+                first,
+                s.h.ptr,
+                self.output_norm,
+                d,
+                rows,
+                1,
+                (d, 0, d, 0),
+                0,
+                0.0,
+            )?;
+            self.mv(&self.output, s.h.ptr, s.logits.ptr, rows)?;
+        }
         Ok(())
     }
 
-    /// Final norm and LM head over the last `rows` hidden states of `s.x`
-    /// (of `t`), logits appended to `out`.
-    fn head(
-        &self,
-        s: &Scratch,
-        t: usize,
-        rows: usize,
-        out: &mut Vec<f32>,
-    ) -> Result<(), CudaError> {
-        let d = self.c.n_embd;
-        let vocab = self.c.vocab_size;
-        let first = s.x.ptr + ((t - rows) * d * 4) as u64;
-        self.norm(
-            first,
-            s.h.ptr,
-            self.output_norm,
-            d,
-            rows,
-            1,
-            (d, 0, d, 0),
-            0,
-            0.0,
-        )?;
-        self.mv(&self.output, s.h.ptr, s.logits.ptr, rows)?;
-        let n0 = out.len();
-        out.resize(n0 + rows * vocab, 0.0);
-        self.gpu.dtoh(&mut out[n0..], s.logits.ptr)
+    /// One decode step of `st` (prepared): replay the captured graph, capturing
+    /// it at the first step.
+    fn decode_step(&self, s: &mut Scratch) -> Result<(), CudaError> {
+        if s.graph.is_none() {
+            self.gpu.begin_capture()?;
+            let enc = self.encode(s, 1, NS_DECODE, 1);
+            let graph = self.gpu.end_capture();
+            enc?;
+            s.graph = Some(graph?);
+        }
+        match &s.graph {
+            Some(gr) => self.gpu.replay(gr),
+            None => Ok(()),
+        }
     }
 }
 
@@ -780,8 +1009,6 @@ impl Scratch {
             z: f(t * c.value_dim())?,
             ba: f(t * 2 * c.ssm_h_v)?,
             u: f(t * c.conv_dim())?,
-            beta: f(t * c.ssm_h_v)?,
-            g: f(t * c.ssm_h_v)?,
             o: f(t * c.value_dim())?,
             qg: f(t * c.n_head * 2 * c.head_dim)?,
             q: f(t * c.n_head * c.head_dim)?,
@@ -799,6 +1026,12 @@ impl Scratch {
             su: f(t * c.shexp_ff)?,
             sd: f(t * c.n_embd)?,
             logits: f(t * c.vocab_size)?,
+            ctl: f(4)?,
+            counts: f(c.n_expert)?,
+            offsets: f(c.n_expert)?,
+            perm: f(t * k)?,
+            tab: g.alloc(2 * c.n_layer.max(1) * 8)?,
+            graph: None,
         })
     }
 }
@@ -1032,23 +1265,55 @@ impl DeviceForward for CudaModel {
         if tokens.is_empty() {
             return Err(ModelError::Input("forward called with no tokens".into()));
         }
-        let s = self
+        let mut s = self
             .scratch
             .lock()
             .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
-        self.gpu.bind().map_err(merr)?;
-        let mut out =
-            Vec::with_capacity(if all_logits { tokens.len() } else { 1 } * self.c.vocab_size);
+        let g = &self.gpu;
+        g.bind().map_err(merr)?;
+        let vocab = self.c.vocab_size;
+        let mut out = Vec::with_capacity(if all_logits { tokens.len() } else { 1 } * vocab);
         let chunks: Vec<&[u32]> = tokens.chunks(T_MAX).collect();
-        for (i, ch) in chunks.iter().enumerate() {
-            self.pass(&s, st, ch).map_err(merr)?;
-            if all_logits {
-                self.head(&s, ch.len(), ch.len(), &mut out).map_err(merr)?;
-            } else if i + 1 == chunks.len() {
-                self.head(&s, ch.len(), 1, &mut out).map_err(merr)?;
+        let r = (|| -> Result<(), CudaError> {
+            for (i, ch) in chunks.iter().enumerate() {
+                let t = ch.len();
+                let rows = if all_logits {
+                    t
+                } else if i + 1 == chunks.len() {
+                    1
+                } else {
+                    0
+                };
+                self.prepare(&s, st, ch)?;
+                if t == 1 && rows == 1 && self.use_graph && !g.profiling() {
+                    self.decode_step(&mut s)?;
+                } else {
+                    let ns = if t == 1 {
+                        NS_DECODE
+                    } else {
+                        (st.pos + t).div_ceil(SPLIT_MIN).clamp(1, NS_PREFILL)
+                    };
+                    self.encode(&s, t, ns, rows)?;
+                }
+                st.pos += t;
+                if rows > 0 {
+                    let n0 = out.len();
+                    out.resize(n0 + rows * vocab, 0.0);
+                    g.dtoh(&mut out[n0..], s.logits.ptr)?;
+                }
             }
-        }
+            g.profile_collect()
+        })();
+        r.map_err(merr)?;
         Ok(out)
+    }
+
+    fn profile(&self) -> Vec<(String, f64, u64)> {
+        self.gpu
+            .profile_take()
+            .into_iter()
+            .map(|(k, ms, n)| (k.to_string(), ms, n))
+            .collect()
     }
 
     fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError> {
@@ -1062,8 +1327,8 @@ impl DeviceForward for CudaModel {
                 if n == 0 {
                     return Ok(());
                 }
-                g.launch(
-                    "fill_normal",
+                g.launch_f(
+                    self.k.fill_normal,
                     (n.div_ceil(256) as u32, 1, 1),
                     256,
                     0,

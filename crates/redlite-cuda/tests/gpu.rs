@@ -124,6 +124,7 @@ fn matvec_every_type_matches_the_cpu() {
                 Arg::I(1),
                 Arg::U(0),
                 Arg::U(0),
+                Arg::U(0),
             ],
         )
         .expect("launch");
@@ -169,6 +170,7 @@ fn matvec_every_type_matches_the_cpu() {
                 Arg::I(1),
                 Arg::U(n_in as u64),
                 Arg::U(n_out as u64),
+                Arg::U(0),
             ],
         )
         .expect("launch");
@@ -182,6 +184,64 @@ fn matvec_every_type_matches_the_cpu() {
                     err < 1e-4,
                     "{ty} slot {z} row {o}: {} vs {want}",
                     y2[z * n_out + o]
+                );
+            }
+        }
+        // Grouped (prefill): 5 slots, slot q on token q with expert sel[q],
+        // grouped by moe_group, then mvg_<T>.
+        let sel = [1i32, 0, 1, 1, 0];
+        let selb = gpu.upload(&sel).expect("upload");
+        let counts = gpu.alloc(2 * 4).expect("alloc");
+        let offsets = gpu.alloc(2 * 4).expect("alloc");
+        let perm = gpu.alloc(5 * 4).expect("alloc");
+        gpu.launch(
+            "moe_group",
+            (1, 1, 1),
+            1024,
+            2 * 2 * 4,
+            &[
+                Arg::U(selb.ptr),
+                Arg::I(5),
+                Arg::I(2),
+                Arg::U(counts.ptr),
+                Arg::U(offsets.ptr),
+                Arg::U(perm.ptr),
+            ],
+        )
+        .expect("group");
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mvg_{sfx}"),
+            ((n_out as u32).div_ceil(4), 1, 2),
+            128,
+            0,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U((n_out * row_bytes) as u64),
+                Arg::U(xb.ptr),
+                Arg::I(1),
+                Arg::U(n_in as u64),
+                Arg::U(yb.ptr),
+                Arg::U(n_out as u64),
+                Arg::U(counts.ptr),
+                Arg::U(offsets.ptr),
+                Arg::U(perm.ptr),
+            ],
+        )
+        .expect("launch");
+        let mut y3 = vec![0f32; 5 * n_out];
+        gpu.dtoh(&mut y3, yb.ptr).expect("dtoh");
+        for (q, &e) in sel.iter().enumerate() {
+            for o in 0..n_out {
+                let want = dot(e as usize * n_out + o, q);
+                let err = (y3[q * n_out + o] as f64 - want).abs() / scale(q).max(1e-30);
+                assert!(
+                    err < 1e-4,
+                    "{ty} grouped slot {q} row {o}: {} vs {want}",
+                    y3[q * n_out + o]
                 );
             }
         }

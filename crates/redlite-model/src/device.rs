@@ -58,4 +58,9 @@ pub trait DeviceForward: Send + Sync {
     /// real decoding builds (as [`crate::State::fill_random`]), for timing
     /// decode at depth.
     fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError>;
+    /// GPU time per kernel since the last call, when the device profiles
+    /// (`(kernel, milliseconds, launches)`, largest first); empty otherwise.
+    fn profile(&self) -> Vec<(String, f64, u64)> {
+        Vec::new()
+    }
 }
