@@ -155,6 +155,71 @@ __device__ __forceinline__ int stage_row(uint8_t* sm, const uint8_t* src, int le
     }
 REDLITE_DQ_TYPES(DEF_MATVEC)
 
+// One token, MV1_R rows per warp: the warp stages all its rows' segments
+// (every load in flight at once) before dequantizing any, so the latency of
+// one row's bytes overlaps the others'. Same arguments as mv_T (n_tok = 1,
+// n_in <= MV_XS); grid.x = ceil(n_out / (MV_WARPS·MV1_R)).
+#define MV1_R 2
+#define DEF_MATVEC1(T, ID)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+        mv1_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
+                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
+                int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,           \
+                u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {               \
+        __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
+        __shared__ __align__(16) float xs[MV_XS];                                           \
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
+        int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
+        int z = blockIdx.z;                                                                 \
+        const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
+        const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
+        for (int i = threadIdx.x; i < n_in; i += MV_WARPS * WARP)                           \
+            xs[i] = x2z ? silu_f(xz[i]) * x2z[i] : xz[i];                                   \
+        __syncthreads();                                                                    \
+        if (row0 >= n_out) return;                                                          \
+        int nr = min(MV1_R, n_out - row0);                                                  \
+        u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
+        const uint8_t* W0 = W + e * w_zstride + (u64)row0 * row_bytes;                      \
+        float* yz = y + (u64)z * y_zstride;                                                 \
+        float acc[MV1_R];                                                                   \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++) acc[r] = 0.f;                     \
+        const int cpb = QK_##T / 8;                                                         \
+        const int bps = MV_SEG / BS_##T;                                                    \
+        int nblk = n_in / QK_##T;                                                           \
+        for (int b0 = 0; b0 < nblk; b0 += bps) {                                            \
+            int nb = min(bps, nblk - b0);                                                   \
+            int shift[MV1_R];                                                               \
+            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                             \
+                const uint8_t* src = W0 + (u64)(r < nr ? r : 0) * row_bytes + (u64)b0 * BS_##T; \
+                u64 a = (u64)src, a0 = a & ~(u64)15;                                        \
+                shift[r] = (int)(a - a0);                                                   \
+                int n16 = (shift[r] + nb * BS_##T + 15) >> 4;                               \
+                const uint4* g = (const uint4*)a0;                                          \
+                uint4* d = (uint4*)smem[warp][r];                                           \
+                for (int j = lane; j < n16; j += WARP) d[j] = __ldg(g + j);                 \
+            }                                                                               \
+            __syncwarp();                                                                   \
+            int nch = nb * cpb;                                                             \
+            for (int i = lane; i < nch; i += WARP) {                                        \
+                int b = i / cpb, c = i - b * cpb;                                           \
+                const float* xp = xs + ((b0 * cpb + i) << 3);                               \
+                float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);               \
+                _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                         \
+                    float v[8];                                                             \
+                    dq8_##T(smem[warp][r] + shift[r] + b * BS_##T, c, v);                   \
+                    acc[r] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +           \
+                              v[4] * bb.x + v[5] * bb.y + v[6] * bb.z + v[7] * bb.w;        \
+                }                                                                           \
+            }                                                                               \
+            __syncwarp();                                                                   \
+        }                                                                                   \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                                 \
+            float s = warp_sum(acc[r]);                                                     \
+            if (lane == 0 && r < nr) yz[row0 + r] = s;                                      \
+        }                                                                                   \
+    }
+REDLITE_DQ_TYPES(DEF_MATVEC1)
+
 // The routed experts of a prefill chunk, grouped by expert: block z works
 // for expert z on its slots perm[offsets[z] .. offsets[z] + counts[z]] (a
 // slot is token·k + choice), MV_NT slots at a time, so each expert's rows
@@ -512,33 +577,34 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
 extern "C" __global__ void attn_combine(const float* __restrict__ part,
                                         const float* __restrict__ gate, u64 gate_stride,
                                         float* __restrict__ out, int nh, int hd, int ns) {
+    // ns <= 1024: the weights e^{m_s − M} of every split in shared memory.
+    __shared__ float wsm[1024];
+    __shared__ float redm[32];
     int h = blockIdx.x, t = blockIdx.y;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const float* pp = part + ((u64)t * nh + h) * ns * (hd + 2);
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) m = fmaxf(m, pp[(u64)s * (hd + 2)]);
+    m = warp_max(m);
+    if (lane == 0) redm[w] = m;
+    __syncthreads();
     float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, pp[(u64)s * (hd + 2)]);
-    float L = 0.f;
-    for (int s = 0; s < ns; s++) {
-        float m = pp[(u64)s * (hd + 2)];
-        if (m != -INFINITY) L += pp[(u64)s * (hd + 2) + 1] * expf(m - M);
+    for (int i = 0; i < nw; i++) M = fmaxf(M, redm[i]);
+    float l = 0.f;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        float ms = pp[(u64)s * (hd + 2)];
+        float ws = ms == -INFINITY ? 0.f : expf(ms - M);
+        wsm[s] = ws;
+        l += ws * pp[(u64)s * (hd + 2) + 1];
     }
+    float L = block_sum_f(l);
     const float* gp = gate + ((u64)t * nh + h) * gate_stride;
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < ns; s++) {
-            float m = pp[(u64)s * (hd + 2)];
-            if (m != -INFINITY) acc += pp[(u64)s * (hd + 2) + 2 + c] * expf(m - M);
-        }
+        for (int s = 0; s < ns; s++)
+            if (wsm[s] != 0.f) acc += pp[(u64)s * (hd + 2) + 2 + c] * wsm[s];
         out[((u64)t * nh + h) * hd + c] = acc / L * sigmoid_f(gp[c]);
     }
-}
-
-// Copy q out of the interleaved [T][nh][q hd | gate hd] projection.
-extern "C" __global__ void split_q(const float* __restrict__ qg, float* __restrict__ q, int T,
-                                   int nh, int hd) {
-    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (u64)T * nh * hd) return;
-    u64 th = i / hd, c = i % hd;
-    q[i] = qg[th * 2 * hd + c];
 }
 
 // ---------------------------------------------------------------------------

@@ -22,6 +22,9 @@ const NS_DECODE: usize = 256;
 const NS_PREFILL: usize = 8;
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
+/// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
+const MV1_R: usize = 2;
+const MV_XS: usize = 4096;
 
 fn merr(e: CudaError) -> ModelError {
     ModelError::Backend(e.to_string())
@@ -31,6 +34,8 @@ fn merr(e: CudaError) -> ModelError {
 struct DMat {
     ty: GgmlType,
     mv: Func,
+    /// The one-token kernel (rows per warp staged together).
+    mv1: Func,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -40,6 +45,7 @@ struct DMat {
 /// A stack of expert matrices on the device: expert `e` at `base + e·stride`.
 struct DExperts {
     mv: Func,
+    mv1: Func,
     mvg: Func,
     n_in: usize,
     n_out: usize,
@@ -184,6 +190,7 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mv_{s}"));
         k.push(format!("getrows_{s}"));
         k.push(format!("mvg_{s}"));
+        k.push(format!("mv1_{s}"));
     }
     k
 }
@@ -228,6 +235,10 @@ impl Uploader<'_> {
 
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
         let mv = self.mv(m.ty, name)?;
+        let mv1 = self
+            .gpu
+            .func(&format!("mv1_{}", suffix(m.ty, name)?))
+            .map_err(merr)?;
         if !m.n_in.is_multiple_of(8) {
             return Err(ModelError::Backend(format!(
                 "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
@@ -251,6 +262,7 @@ impl Uploader<'_> {
         Ok(DMat {
             ty: m.ty,
             mv,
+            mv1,
             n_in: m.n_in,
             n_out: m.n_out,
             row_bytes,
@@ -260,6 +272,10 @@ impl Uploader<'_> {
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
         let mv = self.mv(x.ty, name)?;
+        let mv1 = self
+            .gpu
+            .func(&format!("mv1_{}", suffix(x.ty, name)?))
+            .map_err(merr)?;
         let mvg = self
             .gpu
             .func(&format!("mvg_{}", suffix(x.ty, name)?))
@@ -285,6 +301,7 @@ impl Uploader<'_> {
         let row_bytes = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
         Ok(DExperts {
             mv,
+            mv1,
             mvg,
             n_in: x.n_in,
             n_out: x.n_out,
@@ -428,9 +445,10 @@ impl CudaModel {
     }
 
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize) -> Result<(), CudaError> {
+        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, t);
         self.gpu.launch_f(
-            m.mv,
-            (m.n_out.div_ceil(4) as u32, t.div_ceil(8) as u32, 1),
+            f,
+            (m.n_out.div_ceil(rows) as u32, t.div_ceil(8) as u32, 1),
             128,
             0,
             &[
@@ -453,12 +471,24 @@ impl CudaModel {
         )
     }
 
+    /// The kernel for `t` tokens of `n_in` inputs and the output rows one
+    /// block covers: the one-token kernel (`MV1_R` rows per warp) when it
+    /// applies.
+    fn pick(&self, mv: Func, mv1: Func, n_in: usize, t: usize) -> (Func, usize) {
+        if t == 1 && n_in <= MV_XS {
+            (mv1, 4 * MV1_R)
+        } else {
+            (mv, 4)
+        }
+    }
+
     /// One token: `y = M·(silu(g) ⊙ u)`, the SwiGLU product formed as the
     /// kernel stages its input.
     fn mv_swiglu(&self, m: &DMat, g: u64, u: u64, y: u64) -> Result<(), CudaError> {
+        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, 1);
         self.gpu.launch_f(
-            m.mv,
-            (m.n_out.div_ceil(4) as u32, 1, 1),
+            f,
+            (m.n_out.div_ceil(rows) as u32, 1, 1),
             128,
             0,
             &[
@@ -499,9 +529,10 @@ impl CudaModel {
         }
         let dw = b.ptr.wrapping_sub(a.ptr);
         let dy = ((yb as i64).wrapping_sub(ya as i64) / 4) as u64;
+        let (f, rows) = self.pick(a.mv, a.mv1, a.n_in, t);
         self.gpu.launch_f(
-            a.mv,
-            (a.n_out.div_ceil(4) as u32, t.div_ceil(8) as u32, 2),
+            f,
+            (a.n_out.div_ceil(rows) as u32, t.div_ceil(8) as u32, 2),
             128,
             0,
             &[
@@ -537,9 +568,10 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Result<(), CudaError> {
+        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, 1);
         self.gpu.launch_f(
-            m.mv,
-            (m.n_out.div_ceil(4) as u32, 1, slots as u32),
+            f,
+            (m.n_out.div_ceil(rows) as u32, 1, slots as u32),
             128,
             0,
             &[

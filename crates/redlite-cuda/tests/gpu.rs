@@ -149,42 +149,45 @@ fn matvec_every_type_matches_the_cpu() {
             }
         }
         // Slots: slot z uses expert ids[z] on token z (x_div 1), output z.
-        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
-        gpu.launch(
-            &format!("mv_{sfx}"),
-            ((n_out as u32).div_ceil(4), 1, 2),
-            128,
-            0,
-            &[
-                Arg::U(wb.ptr),
-                Arg::U(row_bytes as u64),
-                Arg::I(n_in as i32),
-                Arg::I(n_out as i32),
-                Arg::U(xb.ptr),
-                Arg::I(n_in as i32),
-                Arg::U(yb.ptr),
-                Arg::I(n_out as i32),
-                Arg::I(1),
-                Arg::U(ids.ptr),
-                Arg::U((n_out * row_bytes) as u64),
-                Arg::I(1),
-                Arg::U(n_in as u64),
-                Arg::U(n_out as u64),
-                Arg::U(0),
-            ],
-        )
-        .expect("launch");
-        let mut y2 = vec![0f32; 2 * n_out];
-        gpu.dtoh(&mut y2, yb.ptr).expect("dtoh");
-        for (z, e) in [(0usize, 1usize), (1, 0)] {
-            for o in 0..n_out {
-                let want = dot(e * n_out + o, z);
-                let err = (y2[z * n_out + o] as f64 - want).abs() / scale(z).max(1e-30);
-                assert!(
-                    err < 1e-4,
-                    "{ty} slot {z} row {o}: {} vs {want}",
-                    y2[z * n_out + o]
-                );
+        // Both one-token kernels: the general one and mv1 (2 rows per warp).
+        for (kname, rows_per_block) in [(format!("mv_{sfx}"), 4u32), (format!("mv1_{sfx}"), 8)] {
+            gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+            gpu.launch(
+                &kname,
+                ((n_out as u32).div_ceil(rows_per_block), 1, 2),
+                128,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U(xb.ptr),
+                    Arg::I(n_in as i32),
+                    Arg::U(yb.ptr),
+                    Arg::I(n_out as i32),
+                    Arg::I(1),
+                    Arg::U(ids.ptr),
+                    Arg::U((n_out * row_bytes) as u64),
+                    Arg::I(1),
+                    Arg::U(n_in as u64),
+                    Arg::U(n_out as u64),
+                    Arg::U(0),
+                ],
+            )
+            .expect("launch");
+            let mut y2 = vec![0f32; 2 * n_out];
+            gpu.dtoh(&mut y2, yb.ptr).expect("dtoh");
+            for (z, e) in [(0usize, 1usize), (1, 0)] {
+                for o in 0..n_out {
+                    let want = dot(e * n_out + o, z);
+                    let err = (y2[z * n_out + o] as f64 - want).abs() / scale(z).max(1e-30);
+                    assert!(
+                        err < 1e-4,
+                        "{kname} slot {z} row {o}: {} vs {want}",
+                        y2[z * n_out + o]
+                    );
+                }
             }
         }
         // Grouped (prefill): 5 slots, slot q on token q with expert sel[q],
