@@ -35,10 +35,24 @@ __device__ __forceinline__ uint32_t rl_ld_u32(const uint8_t* __restrict__ p) {
            ((uint32_t)p[3] << 24);
 }
 
+/// Byte j (0..8) of the 8 bytes held as two little-endian words.
+__device__ __forceinline__ uint32_t rl_byte8(uint32_t w0, uint32_t w1, int j) {
+    return ((j < 4 ? w0 : w1) >> (8 * (j & 3))) & 0xffu;
+}
+
 /// IEEE half bits to f32, exactly as the `half` crate converts them (NaNs
 /// come out quiet with their payload kept). Subnormals go through an exact
 /// integer product, so the result does not depend on denormal flushing.
 __device__ __forceinline__ float rl_f16_to_f32(uint32_t h) {
+#ifdef __CUDA_ARCH__
+    // The hardware conversion is exact for every non-NaN half (subnormals
+    // included); quant scales are never NaN.
+    if ((h & 0x7c00u) != 0x7c00u) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+        return f;
+    }
+#endif
     const uint32_t sign = (h & 0x8000u) << 16;
     const uint32_t em = h & 0x7fffu;
     const uint32_t man = em & 0x3ffu;
@@ -176,8 +190,9 @@ __device__ __forceinline__ void dq8_Q5_1(const uint8_t* __restrict__ blk, int c,
 __device__ __forceinline__ void dq8_Q8_0(const uint8_t* __restrict__ blk, int c, float v[8]) {
     const float d = rl_ld_f16(blk);
     const uint8_t* q = blk + 2 + 8 * c;
+    const uint32_t w0 = rl_ld_u32(q), w1 = rl_ld_u32(q + 4);
     RL_UNROLL
-    for (int j = 0; j < 8; ++j) v[j] = (float)(int8_t)q[j] * d;
+    for (int j = 0; j < 8; ++j) v[j] = (float)(int8_t)rl_byte8(w0, w1, j) * d;
 }
 
 // ---------------------------------------------------------------------------
@@ -247,8 +262,9 @@ __device__ __forceinline__ void dq8_Q4_K(const uint8_t* __restrict__ blk, int c,
     const float ml = dmin * (float)m;
     const uint8_t* q = blk + 16 + 32 * (k >> 1) + 8 * (c & 3);
     const int sh = 4 * (k & 1);
+    const uint32_t w0 = rl_ld_u32(q) >> sh, w1 = rl_ld_u32(q + 4) >> sh;
     RL_UNROLL
-    for (int j = 0; j < 8; ++j) v[j] = dl * (float)((q[j] >> sh) & 15) - ml;
+    for (int j = 0; j < 8; ++j) v[j] = dl * (float)(rl_byte8(w0, w1, j) & 15) - ml;
 }
 
 #define QK_Q5_K 256
@@ -265,9 +281,11 @@ __device__ __forceinline__ void dq8_Q5_K(const uint8_t* __restrict__ blk, int c,
     const uint8_t* qh = blk + 16 + l0;
     const uint8_t* q = blk + 48 + 32 * (k >> 1) + l0;
     const int sh = 4 * (k & 1);
+    const uint32_t w0 = rl_ld_u32(q) >> sh, w1 = rl_ld_u32(q + 4) >> sh;
+    const uint32_t h0 = rl_ld_u32(qh) >> k, h1 = rl_ld_u32(qh + 4) >> k;
     RL_UNROLL
     for (int j = 0; j < 8; ++j) {
-        const uint32_t x = ((q[j] >> sh) & 15) | (((uint32_t)(qh[j] >> k) & 1u) << 4);
+        const uint32_t x = (rl_byte8(w0, w1, j) & 15) | ((rl_byte8(h0, h1, j) & 1u) << 4);
         v[j] = dl * (float)x - ml;
     }
 }
@@ -283,10 +301,12 @@ __device__ __forceinline__ void dq8_Q6_K(const uint8_t* __restrict__ blk, int c,
     const uint8_t* qh = blk + 128 + 32 * n + 8 * (r & 3);
     const int shl = 4 * (r >> 3);  // 4 * ((e % 128) / 64)
     const int shh = 2 * (r >> 2);  // 2 * ((e % 128) / 32)
+    const uint32_t l0 = rl_ld_u32(ql) >> shl, l1 = rl_ld_u32(ql + 4) >> shl;
+    const uint32_t h0 = rl_ld_u32(qh) >> shh, h1 = rl_ld_u32(qh + 4) >> shh;
     RL_UNROLL
     for (int j = 0; j < 8; ++j) {
-        const int lo = (ql[j] >> shl) & 15;
-        const int hi = (qh[j] >> shh) & 3;
+        const int lo = (int)(rl_byte8(l0, l1, j) & 15);
+        const int hi = (int)(rl_byte8(h0, h1, j) & 3);
         v[j] = dl * (float)((lo | (hi << 4)) - 32);
     }
 }

@@ -54,6 +54,155 @@ __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf
 __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
 
 // ---------------------------------------------------------------------------
+// One-token dot products of 8 weights with 8 activations: dot8_<T>(blk, c,
+// x, xsum) = Σ_j w_j·x_j for the chunk c of the block at blk, where x is 16-
+// byte aligned and xsum = Σ_j x_j. The hot types fold their per-group scale
+// and offset out of the sum (dl·Σq·x − ml·Σx) and turn quants into floats
+// with a byte permute (0x4B0000qq is the float 2^23 + qq), a few
+// instructions per weight instead of a dequantized value each; the rest
+// dequantize with dq8_<T>. Word loads assume the alignment every matrix has
+// on the device: it starts 256-byte aligned and its rows are whole blocks, so
+// Q4_K / Q5_K (144 / 176-byte blocks) are 16-byte aligned, IQ1_M (56) 8-byte
+// and F32 16-byte; 2-byte aligned types (Q8_0, Q6_K, IQ2_XS) read halves.
+__device__ __forceinline__ float rl_u8f(uint32_t w, int j) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | j)) - 8388608.0f;
+}
+__device__ __forceinline__ uint32_t rl_w32(const uint8_t* p) { return *(const uint32_t*)p; }
+__device__ __forceinline__ uint32_t rl_h32(const uint8_t* p) {
+    return (uint32_t) * (const uint16_t*)p | ((uint32_t) * (const uint16_t*)(p + 2) << 16);
+}
+// Byte j of w as the float 2^23 + byte, minus `off` (exact for off = 2^23 + a
+// small bias: signed bytes come in flipped, w ^ 0x80808080, with bias 128).
+__device__ __forceinline__ float rl_u8o(uint32_t w, int j, float off) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | j)) - off;
+}
+__device__ __forceinline__ float rl_dot8o(uint32_t w0, uint32_t w1, const float* x, float off) {
+    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
+    return rl_u8o(w0, 0, off) * a.x + rl_u8o(w0, 1, off) * a.y + rl_u8o(w0, 2, off) * a.z +
+           rl_u8o(w0, 3, off) * a.w + rl_u8o(w1, 0, off) * b.x + rl_u8o(w1, 1, off) * b.y +
+           rl_u8o(w1, 2, off) * b.z + rl_u8o(w1, 3, off) * b.w;
+}
+__device__ __forceinline__ float rl_dot8u(uint32_t w0, uint32_t w1, const float* x) {
+    return rl_dot8o(w0, w1, x, 8388608.0f);
+}
+#define DEF_DOT8_DEFAULT(T)                                                                 \
+    __device__ __forceinline__ float dot8_##T(const uint8_t* blk, int c, const float* x,    \
+                                              float xsum) {                                 \
+        float v[8];                                                                         \
+        dq8_##T(blk, c, v);                                                                 \
+        float4 a = *(const float4*)x, b = *(const float4*)(x + 4);                          \
+        return v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x +             \
+               v[5] * b.y + v[6] * b.z + v[7] * b.w;                                        \
+    }
+DEF_DOT8_DEFAULT(F16)
+DEF_DOT8_DEFAULT(BF16)
+DEF_DOT8_DEFAULT(Q4_0)
+DEF_DOT8_DEFAULT(Q4_1)
+DEF_DOT8_DEFAULT(Q5_0)
+DEF_DOT8_DEFAULT(Q5_1)
+DEF_DOT8_DEFAULT(Q2_K)
+DEF_DOT8_DEFAULT(Q3_K)
+DEF_DOT8_DEFAULT(IQ1_S)
+DEF_DOT8_DEFAULT(IQ2_XXS)
+DEF_DOT8_DEFAULT(IQ2_S)
+DEF_DOT8_DEFAULT(IQ3_XXS)
+DEF_DOT8_DEFAULT(IQ3_S)
+DEF_DOT8_DEFAULT(IQ4_NL)
+DEF_DOT8_DEFAULT(IQ4_XS)
+
+__device__ __forceinline__ float dot8_F32(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float* w = (const float*)(blk + 32 * c);
+    float4 p = *(const float4*)w, q = *(const float4*)(w + 4);
+    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
+    return p.x * a.x + p.y * a.y + p.z * a.z + p.w * a.w + q.x * b.x + q.y * b.y + q.z * b.z +
+           q.w * b.w;
+}
+__device__ __forceinline__ float dot8_Q8_0(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float d = rl_ld_f16(blk);
+    const uint8_t* q = blk + 2 + 8 * c;
+    // Signed bytes: flipped to unsigned (q + 128), taken back exactly by the offset.
+    uint32_t w0 = rl_h32(q) ^ 0x80808080u, w1 = rl_h32(q + 4) ^ 0x80808080u;
+    return d * rl_dot8o(w0, w1, x, 8388736.0f);
+}
+__device__ __forceinline__ float dot8_Q4_K(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float d = rl_ld_f16(blk);
+    const float dmin = rl_ld_f16(blk + 2);
+    const int k = c >> 2;
+    uint32_t sc, m;
+    rl_scale_min_k4(blk + 4, k, &sc, &m);
+    const uint8_t* q = blk + 16 + 32 * (k >> 1) + 8 * (c & 3);
+    const int sh = 4 * (k & 1);
+    uint32_t w0 = (rl_w32(q) >> sh) & 0x0F0F0F0Fu, w1 = (rl_w32(q + 4) >> sh) & 0x0F0F0F0Fu;
+    return d * (float)sc * rl_dot8u(w0, w1, x) - dmin * (float)m * xsum;
+}
+__device__ __forceinline__ float dot8_Q5_K(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float d = rl_ld_f16(blk);
+    const float dmin = rl_ld_f16(blk + 2);
+    const int k = c >> 2;
+    uint32_t sc, m;
+    rl_scale_min_k4(blk + 4, k, &sc, &m);
+    const int l0 = 8 * (c & 3);
+    const uint8_t* qh = blk + 16 + l0;
+    const uint8_t* q = blk + 48 + 32 * (k >> 1) + l0;
+    const int sh = 4 * (k & 1);
+    uint32_t w0 = (rl_w32(q) >> sh) & 0x0F0F0F0Fu, w1 = (rl_w32(q + 4) >> sh) & 0x0F0F0F0Fu;
+    w0 |= ((rl_w32(qh) >> k) & 0x01010101u) << 4;
+    w1 |= ((rl_w32(qh + 4) >> k) & 0x01010101u) << 4;
+    return d * (float)sc * rl_dot8u(w0, w1, x) - dmin * (float)m * xsum;
+}
+__device__ __forceinline__ float dot8_Q6_K(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float d = rl_ld_f16(blk + 208);
+    const float dl = d * (float)(int8_t)blk[192 + (c >> 1)];
+    const int n = c >> 4;
+    const int r = c & 15;
+    const uint8_t* ql = blk + 64 * n + 8 * (r & 7);
+    const uint8_t* qh = blk + 128 + 32 * n + 8 * (r & 3);
+    const int shl = 4 * (r >> 3);
+    const int shh = 2 * (r >> 2);
+    uint32_t w0 = (rl_h32(ql) >> shl) & 0x0F0F0F0Fu, w1 = (rl_h32(ql + 4) >> shl) & 0x0F0F0F0Fu;
+    w0 |= ((rl_h32(qh) >> shh) & 0x03030303u) << 4;
+    w1 |= ((rl_h32(qh + 4) >> shh) & 0x03030303u) << 4;
+    return dl * rl_dot8o(w0, w1, x, 8388640.0f);
+}
+__device__ __forceinline__ float dot8_IQ1_M(const uint8_t* blk, int c, const float* x, float xsum) {
+    const uint32_t s01 = rl_w32(blk + 48), s23 = rl_w32(blk + 52);
+    const uint32_t s0 = s01 & 0xffffu, s1 = s01 >> 16, s2 = s23 & 0xffffu, s3 = s23 >> 16;
+    const float d = rl_f16_to_f32((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
+                                  (s3 & 0xf000u));
+    const int ib = c >> 2;
+    const int l = c & 3;
+    const uint32_t sw = (ib >> 1) == 0 ? s0 : (ib >> 1) == 1 ? s1 : (ib >> 1) == 2 ? s2 : s3;
+    const float dl = d * (float)(2 * ((sw >> (6 * (ib & 1) + 3 * (l >> 1))) & 7) + 1);
+    const uint32_t nib = (uint32_t)blk[32 + (c >> 1)] >> (4 * (c & 1));
+    const uint32_t idx = (uint32_t)blk[c] | ((nib & 7) << 8);
+    const float delta = __uint_as_float(RL_IQ1M_DELTA_BITS | ((nib & 8) << 28));
+    const uint64_t g = rl_iq1s_grid[idx];
+    // Signed grid bytes, flipped to unsigned and back exactly.
+    const uint32_t w0 = (uint32_t)g ^ 0x80808080u, w1 = (uint32_t)(g >> 32) ^ 0x80808080u;
+    return dl * (rl_dot8o(w0, w1, x, 8388736.0f) + delta * xsum);
+}
+__device__ __forceinline__ float dot8_IQ2_XS(const uint8_t* blk, int c, const float* x, float xsum) {
+    const float d = rl_ld_f16(blk);
+    const int ib = c >> 2;
+    const int l = c & 3;
+    const uint32_t sc = (blk[66 + ib] >> (4 * (l >> 1))) & 15;
+    const float db = d * (0.5f + (float)sc) * 0.25f;
+    const uint32_t q = rl_ld_u16(blk + 2 + 2 * c);
+    const uint64_t g = rl_iq2xs_grid[q & 511];
+    const uint32_t s = rl_ksigns_iq2xs[q >> 9];
+    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
+    const uint32_t w0 = (uint32_t)g, w1 = (uint32_t)(g >> 32);
+    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float xj = __uint_as_float(__float_as_uint(xv[j]) ^ (((s >> j) & 1u) << 31));
+        acc += rl_u8f(j < 4 ? w0 : w1, j & 3) * xj;
+    }
+    return db * acc;
+}
+
+// ---------------------------------------------------------------------------
 // Matrix-vector products over up to MV_NT tokens per block row, several
 // independent matrices (slots) per launch.
 //
@@ -168,6 +317,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
                 u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {               \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
         __shared__ __align__(16) float xs[MV_XS];                                           \
+        __shared__ float xsum8[MV_XS / 8];                                                  \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
         int z = blockIdx.z;                                                                 \
@@ -175,6 +325,12 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
         for (int i = threadIdx.x; i < n_in; i += MV_WARPS * WARP)                           \
             xs[i] = x2z ? silu_f(xz[i]) * x2z[i] : xz[i];                                   \
+        __syncthreads();                                                                    \
+        for (int i = threadIdx.x; i < n_in / 8; i += MV_WARPS * WARP) {                     \
+            float sx = 0.f;                                                                 \
+            _Pragma("unroll") for (int j = 0; j < 8; j++) sx += xs[8 * i + j];              \
+            xsum8[i] = sx;                                                                  \
+        }                                                                                   \
         __syncthreads();                                                                    \
         if (row0 >= n_out) return;                                                          \
         int nr = min(MV1_R, n_out - row0);                                                  \
@@ -202,14 +358,11 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
             int nch = nb * cpb;                                                             \
             for (int i = lane; i < nch; i += WARP) {                                        \
                 int b = i / cpb, c = i - b * cpb;                                           \
-                const float* xp = xs + ((b0 * cpb + i) << 3);                               \
-                float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);               \
-                _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                         \
-                    float v[8];                                                             \
-                    dq8_##T(smem[warp][r] + shift[r] + b * BS_##T, c, v);                   \
-                    acc[r] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w +           \
-                              v[4] * bb.x + v[5] * bb.y + v[6] * bb.z + v[7] * bb.w;        \
-                }                                                                           \
+                int ci = b0 * cpb + i;                                                      \
+                const float* xp = xs + (ci << 3);                                           \
+                float sx = xsum8[ci];                                                       \
+                _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                           \
+                    acc[r] += dot8_##T(smem[warp][r] + shift[r] + b * BS_##T, c, xp, sx);   \
             }                                                                               \
             __syncwarp();                                                                   \
         }                                                                                   \
