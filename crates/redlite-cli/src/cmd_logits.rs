@@ -104,7 +104,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tokens.len()
         );
     }
-    let model = crate::load::load_model(&args.model, args.threads, &args.load)?.model;
+    // Intermediates are only traced on the CPU: --dump runs there unless a
+    // device was asked for explicitly (which then fails with a clear error).
+    let mut load = args.load.clone();
+    if args.dump.is_some() && load.device == crate::load::Device::Auto {
+        load.device = crate::load::Device::Cpu;
+    }
+    let model = crate::load::load_model(&args.model, args.threads, &load)?.model;
     let vocab = model.config().vocab_size;
     let batch = args.batch.unwrap_or(tokens.len()).max(1);
     let mut state = model.new_state();
