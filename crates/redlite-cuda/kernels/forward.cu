@@ -422,6 +422,95 @@ REDLITE_DQ_TYPES(DEF_MATVEC1)
     }
 REDLITE_DQ_TYPES(DEF_MATVEC_GROUPED)
 
+// ---------------------------------------------------------------------------
+// Prefill products on the CUDA cores, tiled through shared memory. A block
+// of 256 threads computes MM_R = 64 output rows × TT tokens; per step of
+// MM_K = 32 inputs it dequantizes the 64 × 32 weight tile once (one 8-value
+// chunk per thread) and stages the TT × 32 input tile, then every thread
+// accumulates 2 rows × (TT / 8) tokens from shared memory. n_in must be a
+// multiple of 32.
+#define MM_R 64
+#define MM_K 32
+#define MM_BODY(T, TT, XROW, XOK, YSTORE)                                                   \
+    __shared__ float Ws[MM_R][MM_K + 1];                                                    \
+    __shared__ __align__(16) float Xs[TT][MM_K + 4];                                        \
+    const int NJ = TT / 8;                                                                  \
+    int tid = threadIdx.x;                                                                  \
+    int rr = (tid & 31) * 2, tt = (tid >> 5) * NJ;                                          \
+    float acc[2][NJ];                                                                       \
+    _Pragma("unroll") for (int j = 0; j < NJ; j++) acc[0][j] = acc[1][j] = 0.f;             \
+    const int cpb = QK_##T / 8;                                                             \
+    int wr = tid >> 2, wc = tid & 3;                                                        \
+    const uint8_t* Wrow = Wb + (u64)min(r0 + wr, n_out - 1) * row_bytes;                    \
+    int xt = tid >> 3, xk = (tid & 7) * 4;                                                  \
+    bool xload = xt < TT;                                                                   \
+    bool xok = xload && (XOK);                                                              \
+    const float* xrow = XROW;                                                               \
+    for (int k0 = 0; k0 < n_in; k0 += MM_K) {                                               \
+        int ch = (k0 >> 3) + wc;                                                            \
+        int b = ch / cpb, c = ch - b * cpb;                                                 \
+        float v[8];                                                                         \
+        dq8_##T(Wrow + (u64)b * BS_##T, c, v);                                              \
+        _Pragma("unroll") for (int j = 0; j < 8; j++) Ws[wr][wc * 8 + j] = v[j];           \
+        if (xload) {                                                                        \
+            float4 xv = xok ? *(const float4*)(xrow + k0 + xk) : make_float4(0.f, 0.f, 0.f, 0.f); \
+            *(float4*)&Xs[xt][xk] = xv;                                                     \
+        }                                                                                   \
+        __syncthreads();                                                                    \
+        _Pragma("unroll 8") for (int kk = 0; kk < MM_K; kk++) {                             \
+            float w0 = Ws[rr][kk], w1 = Ws[rr + 1][kk];                                     \
+            _Pragma("unroll") for (int j = 0; j < NJ; j++) {                                \
+                float xj = Xs[tt + j][kk];                                                  \
+                acc[0][j] += w0 * xj;                                                       \
+                acc[1][j] += w1 * xj;                                                       \
+            }                                                                               \
+        }                                                                                   \
+        __syncthreads();                                                                    \
+    }                                                                                       \
+    _Pragma("unroll") for (int i = 0; i < 2; i++) {                                         \
+        _Pragma("unroll") for (int j = 0; j < NJ; j++) {                                    \
+            int row = r0 + rr + i, tj = tt + j;                                             \
+            if (row < n_out) { YSTORE }                                                     \
+        }                                                                                   \
+    }
+
+// Dense: y[t·ldy + o] = Σ_i W[o][i]·x[t·ldx + i] for the block's 64 rows and
+// 32 tokens (grid: row tiles × token tiles).
+#define DEF_MM(T, ID)                                                                       \
+    extern "C" __global__ void __launch_bounds__(256)                                       \
+        mm_##T(const uint8_t* __restrict__ Wb, u64 row_bytes, int n_in, int n_out,          \
+               const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,        \
+               int n_tok) {                                                                 \
+        int r0 = blockIdx.x * MM_R, t0 = blockIdx.y * 32;                                   \
+        MM_BODY(T, 32, x + (u64)min(t0 + xt, n_tok - 1) * ldx, t0 + xt < n_tok,             \
+                if (t0 + tj < n_tok) y[(u64)(t0 + tj) * ldy + row] = acc[i][j];)            \
+    }
+REDLITE_DQ_TYPES(DEF_MM)
+
+// Grouped experts (after moe_group): block (row tile, -, expert e) runs over
+// e's slots 16 at a time; slot q reads x + (q / x_div)·x_zstride and writes
+// y + q·y_zstride.
+#define DEF_MMG(T, ID)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256)                                       \
+        mmg_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
+                u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,       \
+                float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,       \
+                const int* __restrict__ offsets, const int* __restrict__ perm) {            \
+        int e = blockIdx.z;                                                                 \
+        int cnt = counts[e];                                                                \
+        if (cnt == 0) return;                                                               \
+        int off = offsets[e];                                                               \
+        int r0 = blockIdx.x * MM_R;                                                         \
+        const uint8_t* Wb = W + (u64)e * w_zstride;                                         \
+        for (int t0 = 0; t0 < cnt; t0 += 16) {                                              \
+            int qx = perm[off + min(t0 + (int)(threadIdx.x >> 3), cnt - 1)];                \
+            MM_BODY(T, 16, x + (u64)(qx / x_div) * x_zstride,                               \
+                    t0 + xt < cnt,                                                          \
+                    if (t0 + tj < cnt) y[(u64)perm[off + t0 + tj] * y_zstride + row] = acc[i][j];) \
+        }                                                                                   \
+    }
+REDLITE_DQ_TYPES(DEF_MMG)
+
 // Embedding rows: out[t] = dequant(W[tok[t]]), n_in values each.
 #define DEF_GETROWS(T, ID)                                                                  \
     extern "C" __global__ void getrows_##T(const uint8_t* __restrict__ W, u64 row_bytes,    \

@@ -36,6 +36,8 @@ struct DMat {
     mv: Func,
     /// The one-token kernel (rows per warp staged together).
     mv1: Func,
+    /// The tiled prefill kernel.
+    mm: Func,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -47,6 +49,7 @@ struct DExperts {
     mv: Func,
     mv1: Func,
     mvg: Func,
+    mmg: Func,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -162,6 +165,9 @@ pub struct CudaModel {
     weight_bytes: usize,
     k: Kern,
     use_graph: bool,
+    /// Prefill products through the tiled kernels (`REDLITE_CUDA_TILED=0`:
+    /// the matrix-vector kernels, for comparison).
+    tiled: bool,
     _bufs: Vec<DevBuf>,
 }
 
@@ -191,6 +197,8 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("getrows_{s}"));
         k.push(format!("mvg_{s}"));
         k.push(format!("mv1_{s}"));
+        k.push(format!("mm_{s}"));
+        k.push(format!("mmg_{s}"));
     }
     k
 }
@@ -235,6 +243,10 @@ impl Uploader<'_> {
 
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
         let mv = self.mv(m.ty, name)?;
+        let mm = self
+            .gpu
+            .func(&format!("mm_{}", suffix(m.ty, name)?))
+            .map_err(merr)?;
         let mv1 = self
             .gpu
             .func(&format!("mv1_{}", suffix(m.ty, name)?))
@@ -263,6 +275,7 @@ impl Uploader<'_> {
             ty: m.ty,
             mv,
             mv1,
+            mm,
             n_in: m.n_in,
             n_out: m.n_out,
             row_bytes,
@@ -279,6 +292,10 @@ impl Uploader<'_> {
         let mvg = self
             .gpu
             .func(&format!("mvg_{}", suffix(x.ty, name)?))
+            .map_err(merr)?;
+        let mmg = self
+            .gpu
+            .func(&format!("mmg_{}", suffix(x.ty, name)?))
             .map_err(merr)?;
         if !x.n_in.is_multiple_of(8) {
             return Err(ModelError::Backend(format!(
@@ -303,6 +320,7 @@ impl Uploader<'_> {
             mv,
             mv1,
             mvg,
+            mmg,
             n_in: x.n_in,
             n_out: x.n_out,
             row_bytes,
@@ -421,6 +439,7 @@ impl CudaModel {
             ))?,
         };
         let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
+        let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -435,6 +454,7 @@ impl CudaModel {
             weight_bytes,
             k,
             use_graph,
+            tiled,
             _bufs: bufs,
         })
     }
@@ -445,6 +465,25 @@ impl CudaModel {
     }
 
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize) -> Result<(), CudaError> {
+        if t > 1 && self.tiled && m.n_in.is_multiple_of(32) {
+            return self.gpu.launch_f(
+                m.mm,
+                (m.n_out.div_ceil(64) as u32, t.div_ceil(32) as u32, 1),
+                256,
+                0,
+                &[
+                    Arg::U(m.ptr),
+                    Arg::U(m.row_bytes as u64),
+                    Arg::I(m.n_in as i32),
+                    Arg::I(m.n_out as i32),
+                    Arg::U(x),
+                    Arg::I(m.n_in as i32),
+                    Arg::U(y),
+                    Arg::I(m.n_out as i32),
+                    Arg::I(t as i32),
+                ],
+            );
+        }
         let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, t);
         self.gpu.launch_f(
             f,
@@ -523,7 +562,12 @@ impl CudaModel {
         yb: u64,
         t: usize,
     ) -> Result<(), CudaError> {
-        if a.ty != b.ty || a.n_in != b.n_in || a.n_out != b.n_out || a.row_bytes != b.row_bytes {
+        if t > 1
+            || a.ty != b.ty
+            || a.n_in != b.n_in
+            || a.n_out != b.n_out
+            || a.row_bytes != b.row_bytes
+        {
             self.mv(a, x, ya, t)?;
             return self.mv(b, x, yb, t);
         }
@@ -604,10 +648,15 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Result<(), CudaError> {
+        let (f, rows, threads) = if self.tiled && m.n_in.is_multiple_of(32) {
+            (m.mmg, 64, 256)
+        } else {
+            (m.mvg, 4, 128)
+        };
         self.gpu.launch_f(
-            m.mvg,
-            (m.n_out.div_ceil(4) as u32, 1, self.c.n_expert as u32),
-            128,
+            f,
+            (m.n_out.div_ceil(rows) as u32, 1, self.c.n_expert as u32),
+            threads,
             0,
             &[
                 Arg::U(m.base),

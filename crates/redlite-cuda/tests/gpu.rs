@@ -148,6 +148,39 @@ fn matvec_every_type_matches_the_cpu() {
                 );
             }
         }
+        // The tiled prefill kernel on the same 5 tokens.
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mm_{sfx}"),
+            ((n_out as u32).div_ceil(64), 1, 1),
+            256,
+            0,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U(xb.ptr),
+                Arg::I(n_in as i32),
+                Arg::U(yb.ptr),
+                Arg::I(n_out as i32),
+                Arg::I(n_tok as i32),
+            ],
+        )
+        .expect("launch");
+        gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+        for t in 0..n_tok {
+            let s = scale(t);
+            for o in 0..n_out {
+                let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
+                assert!(
+                    e < 1e-5,
+                    "{ty} tiled t{t} row {o}: {} vs {}",
+                    y[t * n_out + o],
+                    dot(o, t)
+                );
+            }
+        }
         // Slots: slot z uses expert ids[z] on token z (x_div 1), output z.
         // Both one-token kernels: the general one and mv1 (2 rows per warp).
         for (kname, rows_per_block) in [(format!("mv_{sfx}"), 4u32), (format!("mv1_{sfx}"), 8)] {
@@ -212,40 +245,45 @@ fn matvec_every_type_matches_the_cpu() {
             ],
         )
         .expect("group");
-        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
-        gpu.launch(
-            &format!("mvg_{sfx}"),
-            ((n_out as u32).div_ceil(4), 1, 2),
-            128,
-            0,
-            &[
-                Arg::U(wb.ptr),
-                Arg::U(row_bytes as u64),
-                Arg::I(n_in as i32),
-                Arg::I(n_out as i32),
-                Arg::U((n_out * row_bytes) as u64),
-                Arg::U(xb.ptr),
-                Arg::I(1),
-                Arg::U(n_in as u64),
-                Arg::U(yb.ptr),
-                Arg::U(n_out as u64),
-                Arg::U(counts.ptr),
-                Arg::U(offsets.ptr),
-                Arg::U(perm.ptr),
-            ],
-        )
-        .expect("launch");
-        let mut y3 = vec![0f32; 5 * n_out];
-        gpu.dtoh(&mut y3, yb.ptr).expect("dtoh");
-        for (q, &e) in sel.iter().enumerate() {
-            for o in 0..n_out {
-                let want = dot(e as usize * n_out + o, q);
-                let err = (y3[q * n_out + o] as f64 - want).abs() / scale(q).max(1e-30);
-                assert!(
-                    err < 1e-4,
-                    "{ty} grouped slot {q} row {o}: {} vs {want}",
-                    y3[q * n_out + o]
-                );
+        for (kname, rows, threads) in [
+            (format!("mvg_{sfx}"), 4u32, 128u32),
+            (format!("mmg_{sfx}"), 64, 256),
+        ] {
+            gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+            gpu.launch(
+                &kname,
+                ((n_out as u32).div_ceil(rows), 1, 2),
+                threads,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U((n_out * row_bytes) as u64),
+                    Arg::U(xb.ptr),
+                    Arg::I(1),
+                    Arg::U(n_in as u64),
+                    Arg::U(yb.ptr),
+                    Arg::U(n_out as u64),
+                    Arg::U(counts.ptr),
+                    Arg::U(offsets.ptr),
+                    Arg::U(perm.ptr),
+                ],
+            )
+            .expect("launch");
+            let mut y3 = vec![0f32; 5 * n_out];
+            gpu.dtoh(&mut y3, yb.ptr).expect("dtoh");
+            for (q, &e) in sel.iter().enumerate() {
+                for o in 0..n_out {
+                    let want = dot(e as usize * n_out + o, q);
+                    let err = (y3[q * n_out + o] as f64 - want).abs() / scale(q).max(1e-30);
+                    assert!(
+                        err < 1e-4,
+                        "{kname} slot {q} row {o}: {} vs {want}",
+                        y3[q * n_out + o]
+                    );
+                }
             }
         }
         checked += 1;
