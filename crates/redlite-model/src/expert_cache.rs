@@ -654,26 +654,59 @@ impl ExpertCache {
             .filter(|b| b.len() == want);
         let mut buf = pooled.unwrap_or_else(|| vec![0u8; want]);
         let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+        // The three slices (gate, up, down) are read at once, each into its
+        // own section of the buffer: three requests in flight instead of one
+        // after another keeps the disk's queue fuller.
+        let mut jobs = Vec::with_capacity(layout.parts.len());
+        {
+            let mut rest = &mut buf[base..];
+            for p in &layout.parts {
+                let shard = &self.shards[p.shard];
+                if e >= p.n_exp {
+                    return Err(tensor_err(
+                        &shard.path,
+                        &p.tensor,
+                        format!("expert {e} of {}", p.n_exp),
+                    ));
+                }
+                let (dst, tail) = std::mem::take(&mut rest).split_at_mut(p.section());
+                rest = tail;
+                jobs.push((p, shard, p.first + e as u64 * p.stride, dst));
+            }
+        }
+        let read_one = |(p, shard, off, dst): (&Slice, &Shard, u64, &mut [u8])| {
+            read_slice(shard, off, p.len, dst).map_err(|ioe| {
+                tensor_err(
+                    &shard.path,
+                    &p.tensor,
+                    format!(
+                        "reading expert {e} ({} bytes at byte {off} of {}): {ioe}",
+                        p.len,
+                        shard.path.display()
+                    ),
+                )
+            })
+        };
+        let starts: Vec<Result<usize, ModelError>> = std::thread::scope(|sc| {
+            let mut it = jobs.into_iter();
+            let first = it.next();
+            let handles: Vec<_> = it.map(|j| sc.spawn(move || read_one(j))).collect();
+            let mut out = Vec::with_capacity(3);
+            if let Some(j) = first {
+                out.push(read_one(j));
+            }
+            for h in handles {
+                out.push(h.join().unwrap_or_else(|_| {
+                    Err(ModelError::Input("an expert read thread panicked".into()))
+                }));
+            }
+            out
+        });
         let mut parts = [(0usize, 0usize); 3];
         let mut at = base;
-        for (k, p) in layout.parts.iter().enumerate() {
-            let section = p.section();
-            let shard = &self.shards[p.shard];
-            let err = |msg: String| tensor_err(&shard.path, &p.tensor, msg);
-            if e >= p.n_exp {
-                return Err(err(format!("expert {e} of {}", p.n_exp)));
-            }
-            let off = p.first + e as u64 * p.stride;
-            let dst = &mut buf[at..at + section];
-            let start = read_slice(shard, off, p.len, dst).map_err(|ioe| {
-                err(format!(
-                    "reading expert {e} ({} bytes at byte {off} of {}): {ioe}",
-                    p.len,
-                    shard.path.display()
-                ))
-            })?;
-            parts[k] = (at + start, p.len);
-            at += section;
+        for (k, (p, start)) in layout.parts.iter().zip(starts).enumerate() {
+            parts[k] = (at + start?, p.len);
+            at += p.section();
         }
         Ok(ExpertEntry {
             buf,
