@@ -240,17 +240,24 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             layers.set_position(done as u64);
         });
         layers.finish_and_clear();
-        r.with_context(|| {
-            format!(
-                "putting {} on cuda:{n} (use --device cpu to run on the CPU)",
-                path.display()
-            )
-        })?;
-        eprintln!(
-            "device: {} (weights uploaded in {:.1} s)",
-            model.device_name(),
-            t_up.elapsed().as_secs_f64()
-        );
+        match r {
+            Ok(()) => eprintln!(
+                "device: {} (weights uploaded in {:.1} s)",
+                model.device_name(),
+                t_up.elapsed().as_secs_f64()
+            ),
+            // Chosen automatically: a model the GPU cannot run (a type without
+            // CUDA kernels, too little memory) runs on the CPU instead.
+            Err(e) if args.device == Device::Auto => {
+                eprintln!("warning: cuda:{n} cannot run this model ({e}); running on the CPU")
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "putting {} on cuda:{n} (use --device cpu to run on the CPU)",
+                    path.display()
+                )))
+            }
+        }
     }
     Ok(Loaded {
         model,

@@ -150,6 +150,58 @@ struct Kern {
     getrows_embd: Func,
 }
 
+/// The arguments of one matrix-vector launch (`DEF_MATVEC` in
+/// `forward.cu`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
+/// from `ids`, or the slot), inputs at `x + (slot / x_div)·x_zstride`,
+/// outputs at `y + slot·y_zstride`; `x2` non-null: the input is
+/// `silu(x) ⊙ x2`.
+struct MvLaunch {
+    w: u64,
+    row_bytes: usize,
+    n_in: usize,
+    n_out: usize,
+    x: u64,
+    y: u64,
+    n_tok: usize,
+    slots: usize,
+    ids: u64,
+    w_zstride: u64,
+    x_div: usize,
+    x_zstride: u64,
+    y_zstride: u64,
+    x2: u64,
+}
+
+impl MvLaunch {
+    /// One matrix over `n_tok` tokens (rows of `n_in` inputs, `n_out` outputs).
+    fn new(
+        w: u64,
+        row_bytes: usize,
+        n_in: usize,
+        n_out: usize,
+        x: u64,
+        y: u64,
+        n_tok: usize,
+    ) -> MvLaunch {
+        MvLaunch {
+            w,
+            row_bytes,
+            n_in,
+            n_out,
+            x,
+            y,
+            n_tok,
+            slots: 1,
+            ids: 0,
+            w_zstride: 0,
+            x_div: 1,
+            x_zstride: 0,
+            y_zstride: 0,
+            x2: 0,
+        }
+    }
+}
+
 /// The model on a CUDA device.
 pub struct CudaModel {
     gpu: Arc<Gpu>,
@@ -235,28 +287,28 @@ impl Uploader<'_> {
         Ok(p)
     }
 
-    fn mv(&self, ty: GgmlType, name: &str) -> Result<Func, ModelError> {
+    /// Kernel `{kind}_{T}` for a matrix of type `ty`, after checking that its
+    /// rows are a multiple of 8 values (every kernel works 8 at a time).
+    fn kernel(
+        &self,
+        kind: &str,
+        ty: GgmlType,
+        n_in: usize,
+        name: &str,
+    ) -> Result<Func, ModelError> {
+        if !n_in.is_multiple_of(8) {
+            return Err(ModelError::Backend(format!(
+                "{name}: rows of {n_in} values (the CUDA kernels need a multiple of 8)"
+            )));
+        }
         self.gpu
-            .func(&format!("mv_{}", suffix(ty, name)?))
+            .func(&format!("{kind}_{}", suffix(ty, name)?))
             .map_err(merr)
     }
 
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
-        let mv = self.mv(m.ty, name)?;
-        let mm = self
-            .gpu
-            .func(&format!("mm_{}", suffix(m.ty, name)?))
-            .map_err(merr)?;
-        let mv1 = self
-            .gpu
-            .func(&format!("mv1_{}", suffix(m.ty, name)?))
-            .map_err(merr)?;
-        if !m.n_in.is_multiple_of(8) {
-            return Err(ModelError::Backend(format!(
-                "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
-                m.n_in
-            )));
-        }
+        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
+        let (mv, mv1, mm) = (k("mv")?, k("mv1")?, k("mm")?);
         let parts = redlite_model::weights::qmats(self.f, m)?;
         let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
         let b = if let [one] = parts.as_slice() {
@@ -284,25 +336,8 @@ impl Uploader<'_> {
     }
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
-        let mv = self.mv(x.ty, name)?;
-        let mv1 = self
-            .gpu
-            .func(&format!("mv1_{}", suffix(x.ty, name)?))
-            .map_err(merr)?;
-        let mvg = self
-            .gpu
-            .func(&format!("mvg_{}", suffix(x.ty, name)?))
-            .map_err(merr)?;
-        let mmg = self
-            .gpu
-            .func(&format!("mmg_{}", suffix(x.ty, name)?))
-            .map_err(merr)?;
-        if !x.n_in.is_multiple_of(8) {
-            return Err(ModelError::Backend(format!(
-                "{name}: rows of {} values (the CUDA kernels need a multiple of 8)",
-                x.n_in
-            )));
-        }
+        let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
+        let (mv, mv1, mvg, mmg) = (k("mv")?, k("mv1")?, k("mvg")?, k("mmg")?);
         let base = match self.tensors.get(&x.tensor) {
             Some(&p) => p,
             None => {
@@ -484,28 +519,41 @@ impl CudaModel {
                 ],
             );
         }
-        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, t);
+        self.launch_mv(
+            m.mv,
+            m.mv1,
+            MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, t),
+        )
+    }
+
+    /// Launch `mv_<T>` (or `mv1_<T>` for one token) with `a`.
+    fn launch_mv(&self, mv: Func, mv1: Func, a: MvLaunch) -> Result<(), CudaError> {
+        let (f, rows) = self.pick(mv, mv1, a.n_in, a.n_tok);
         self.gpu.launch_f(
             f,
-            (m.n_out.div_ceil(rows) as u32, t.div_ceil(8) as u32, 1),
+            (
+                a.n_out.div_ceil(rows) as u32,
+                a.n_tok.div_ceil(8) as u32,
+                a.slots as u32,
+            ),
             128,
             0,
             &[
-                Arg::U(m.ptr),
-                Arg::U(m.row_bytes as u64),
-                Arg::I(m.n_in as i32),
-                Arg::I(m.n_out as i32),
-                Arg::U(x),
-                Arg::I(m.n_in as i32),
-                Arg::U(y),
-                Arg::I(m.n_out as i32),
-                Arg::I(t as i32),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::I(1),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::U(0),
+                Arg::U(a.w),
+                Arg::U(a.row_bytes as u64),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_out as i32),
+                Arg::U(a.x),
+                Arg::I(a.n_in as i32),
+                Arg::U(a.y),
+                Arg::I(a.n_out as i32),
+                Arg::I(a.n_tok as i32),
+                Arg::U(a.ids),
+                Arg::U(a.w_zstride),
+                Arg::I(a.x_div as i32),
+                Arg::U(a.x_zstride),
+                Arg::U(a.y_zstride),
+                Arg::U(a.x2),
             ],
         )
     }
@@ -524,29 +572,13 @@ impl CudaModel {
     /// One token: `y = M·(silu(g) ⊙ u)`, the SwiGLU product formed as the
     /// kernel stages its input.
     fn mv_swiglu(&self, m: &DMat, g: u64, u: u64, y: u64) -> Result<(), CudaError> {
-        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, 1);
-        self.gpu.launch_f(
-            f,
-            (m.n_out.div_ceil(rows) as u32, 1, 1),
-            128,
-            0,
-            &[
-                Arg::U(m.ptr),
-                Arg::U(m.row_bytes as u64),
-                Arg::I(m.n_in as i32),
-                Arg::I(m.n_out as i32),
-                Arg::U(g),
-                Arg::I(m.n_in as i32),
-                Arg::U(y),
-                Arg::I(m.n_out as i32),
-                Arg::I(1),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::I(1),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::U(u),
-            ],
+        self.launch_mv(
+            m.mv,
+            m.mv1,
+            MvLaunch {
+                x2: u,
+                ..MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, g, y, 1)
+            },
         )
     }
 
@@ -571,31 +603,16 @@ impl CudaModel {
             self.mv(a, x, ya, t)?;
             return self.mv(b, x, yb, t);
         }
-        let dw = b.ptr.wrapping_sub(a.ptr);
-        let dy = ((yb as i64).wrapping_sub(ya as i64) / 4) as u64;
-        let (f, rows) = self.pick(a.mv, a.mv1, a.n_in, t);
-        self.gpu.launch_f(
-            f,
-            (a.n_out.div_ceil(rows) as u32, t.div_ceil(8) as u32, 2),
-            128,
-            0,
-            &[
-                Arg::U(a.ptr),
-                Arg::U(a.row_bytes as u64),
-                Arg::I(a.n_in as i32),
-                Arg::I(a.n_out as i32),
-                Arg::U(x),
-                Arg::I(a.n_in as i32),
-                Arg::U(ya),
-                Arg::I(a.n_out as i32),
-                Arg::I(t as i32),
-                Arg::U(0),
-                Arg::U(dw),
-                Arg::I(1),
-                Arg::U(0),
-                Arg::U(dy),
-                Arg::U(0),
-            ],
+        // Slot 1 reaches B and `yb` by pointer differences (wrapping).
+        self.launch_mv(
+            a.mv,
+            a.mv1,
+            MvLaunch {
+                slots: 2,
+                w_zstride: b.ptr.wrapping_sub(a.ptr),
+                y_zstride: ((yb as i64).wrapping_sub(ya as i64) / 4) as u64,
+                ..MvLaunch::new(a.ptr, a.row_bytes, a.n_in, a.n_out, x, ya, t)
+            },
         )
     }
 
@@ -612,29 +629,19 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Result<(), CudaError> {
-        let (f, rows) = self.pick(m.mv, m.mv1, m.n_in, 1);
-        self.gpu.launch_f(
-            f,
-            (m.n_out.div_ceil(rows) as u32, 1, slots as u32),
-            128,
-            0,
-            &[
-                Arg::U(m.base),
-                Arg::U(m.row_bytes as u64),
-                Arg::I(m.n_in as i32),
-                Arg::I(m.n_out as i32),
-                Arg::U(x),
-                Arg::I(m.n_in as i32),
-                Arg::U(y),
-                Arg::I(m.n_out as i32),
-                Arg::I(1),
-                Arg::U(ids),
-                Arg::U(m.stride),
-                Arg::I(x_div as i32),
-                Arg::U(m.n_in as u64),
-                Arg::U(m.n_out as u64),
-                Arg::U(x2),
-            ],
+        self.launch_mv(
+            m.mv,
+            m.mv1,
+            MvLaunch {
+                slots,
+                ids,
+                w_zstride: m.stride,
+                x_div,
+                x_zstride: m.n_in as u64,
+                y_zstride: m.n_out as u64,
+                x2,
+                ..MvLaunch::new(m.base, m.row_bytes, m.n_in, m.n_out, x, y, 1)
+            },
         )
     }
 
