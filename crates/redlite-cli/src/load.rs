@@ -37,10 +37,12 @@ pub struct LoadArgs {
     /// are read in parallel; the least recently used are evicted. Only the other tensors are
     /// read in at load. Outputs are bit-identical to the all-resident model; memory in use
     /// can exceed SIZE by the experts of one layer in flight. The minimum is one expert
-    /// (gate, up and down): a smaller SIZE is an error that gives it. `0` (the default)
-    /// keeps every expert resident.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0", help_heading = "Loading")]
-    pub expert_cache: u64,
+    /// (gate, up and down): a smaller SIZE is an error that gives it. `0` keeps every expert
+    /// resident. `auto` (the default): every expert resident when the file fits in the
+    /// memory available (with room for the KV cache), otherwise a cache as large as what is
+    /// left after the other tensors and that room; on a GPU, resident.
+    #[arg(long, value_name = "SIZE", value_parser = parse_cache, default_value = "auto", help_heading = "Loading")]
+    pub expert_cache: CacheBudget,
     /// Read streamed experts with O_DIRECT, bypassing the page cache (so the expert cache
     /// is the only copy in memory). Falls back to buffered reads, with a warning, where the
     /// filesystem refuses O_DIRECT (e.g. tmpfs). Only with --expert-cache.
@@ -57,6 +59,56 @@ pub struct LoadArgs {
     /// are compiled by NVRTC at first use and cached (REDLITE_CUDA_CACHE).
     #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device, help_heading = "Kernels")]
     pub device: Device,
+}
+
+/// `--expert-cache`: chosen from the memory available, or a byte budget
+/// (0: every expert resident).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheBudget {
+    #[default]
+    Auto,
+    Bytes(u64),
+}
+
+/// `auto` or a size (see [`parse_size`]).
+pub fn parse_cache(s: &str) -> Result<CacheBudget, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        Ok(CacheBudget::Auto)
+    } else {
+        parse_size(s).map(CacheBudget::Bytes)
+    }
+}
+
+/// The automatic expert-cache budget (0: keep every expert resident). The
+/// whole file stays resident when it fits in `available` bytes with a
+/// reserve (a tenth of that memory, at least 1 GiB) for the KV cache,
+/// activations and the rest of the process; otherwise the routed experts are
+/// streamed through what is left after the other tensors and the reserve,
+/// at least 512 MiB.
+pub fn auto_expert_budget(expert_bytes: u64, other_bytes: u64, available: u64) -> u64 {
+    let reserve = (available / 10).max(1 << 30);
+    if expert_bytes + other_bytes + reserve <= available {
+        return 0;
+    }
+    available
+        .saturating_sub(other_bytes + reserve)
+        .max(512 << 20)
+}
+
+/// `MemAvailable` of `/proc/meminfo`, bytes (`REDLITE_MEM_AVAILABLE`, a
+/// size, stands in for it: to try the automatic budget on a small model).
+pub fn mem_available() -> Option<u64> {
+    if let Ok(v) = std::env::var("REDLITE_MEM_AVAILABLE") {
+        return parse_size(&v).ok();
+    }
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line["MemAvailable:".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// Where the forward pass runs.
@@ -141,10 +193,10 @@ impl LoadArgs {
         }
     }
 
-    /// The expert-cache settings, when `--expert-cache` is not 0.
-    pub fn expert_cache(&self) -> Option<redlite_model::ExpertCacheOptions> {
-        (self.expert_cache > 0).then_some(redlite_model::ExpertCacheOptions {
-            budget: self.expert_cache,
+    /// The expert-cache settings for a budget (none for 0: all resident).
+    pub fn expert_cache(&self, budget: u64) -> Option<redlite_model::ExpertCacheOptions> {
+        (budget > 0).then_some(redlite_model::ExpertCacheOptions {
+            budget,
             direct_io: self.direct_io,
             prefetch: !self.no_expert_prefetch,
         })
@@ -194,10 +246,14 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
         bar.set_length(total);
         bar.set_position(done);
     };
-    if args.direct_io && args.expert_cache == 0 {
+    let budget = match args.expert_cache {
+        CacheBudget::Bytes(b) => b,
+        CacheBudget::Auto => automatic_budget(path, args.device),
+    };
+    if args.direct_io && budget == 0 {
         eprintln!("warning: --direct-io only applies to expert reads with --expert-cache; ignored");
     }
-    let cache = args.expert_cache();
+    let cache = args.expert_cache(budget);
     let model = Model::load_streaming(
         path,
         Arc::new(backend),
@@ -267,6 +323,45 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
     })
 }
 
+/// `--expert-cache auto` for `path`: 0 (resident) on a GPU or when the file
+/// fits in the memory available, else a budget ([`auto_expert_budget`]),
+/// said on stderr.
+fn automatic_budget(path: &Path, device: Device) -> u64 {
+    let on_gpu = match device {
+        Device::Cpu => false,
+        Device::Cuda(_) => true,
+        Device::Auto => redlite_cuda::available(),
+    };
+    if on_gpu {
+        return 0;
+    }
+    // Only the tensor index is read here (the data stays unmapped until the load).
+    let (Ok(f), Some(avail)) = (redlite_gguf::GgufFile::open(path), mem_available()) else {
+        return 0;
+    };
+    let (mut experts, mut other) = (0u64, 0u64);
+    for t in &f.tensors {
+        if redlite_model::is_expert_tensor(&t.name) {
+            experts += t.n_bytes;
+        } else {
+            other += t.n_bytes;
+        }
+    }
+    let budget = auto_expert_budget(experts, other, avail);
+    if budget > 0 {
+        eprintln!(
+            "expert cache: the model ({}) does not fit in the {} of memory available: streaming its \
+             routed experts ({}) through a {} cache (set the size with --expert-cache, or 0 to \
+             keep everything resident)",
+            human_bytes(experts + other),
+            human_bytes(avail),
+            human_bytes(experts),
+            human_bytes(budget)
+        );
+    }
+    budget
+}
+
 /// Where the weights live, e.g. `experts: 3.00 GiB streamed from FILE through
 /// a 512.0 MiB cache (O_DIRECT); 0.50 GiB resident`.
 pub fn residency_line(model: &Model) -> String {
@@ -301,6 +396,24 @@ pub fn gib(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn automatic_budget_keeps_what_fits_and_streams_the_rest() {
+        const G: u64 = 1 << 30;
+        // Fits with the reserve: resident.
+        assert_eq!(auto_expert_budget(10 * G, 2 * G, 20 * G), 0);
+        // The 19 GiB cf2 file on a 16 GiB machine: stream through what is
+        // left after the other 1.5 GiB and a 1.6 GiB reserve.
+        let b = auto_expert_budget(17 * G + G / 2, 3 * G / 2, 16 * G);
+        assert_eq!(b, 16 * G - 3 * G / 2 - 16 * G / 10);
+        // Nothing left: the floor.
+        assert_eq!(auto_expert_budget(40 * G, 8 * G, 8 * G), 512 << 20);
+        assert_eq!(parse_cache("auto"), Ok(CacheBudget::Auto));
+        assert_eq!(parse_cache("0"), Ok(CacheBudget::Bytes(0)));
+        assert_eq!(parse_cache("4GiB"), Ok(CacheBudget::Bytes(4 << 30)));
+        assert!(parse_cache("lots").is_err());
+        assert!(mem_available().is_some_and(|m| m > 0));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -80,6 +80,34 @@ fn bench_with_an_expert_cache_reports_its_stats() {
     assert!(so.contains("expert cache tg2"), "{so}");
 }
 
+/// `--expert-cache auto` (the default) streams the experts when the model
+/// does not fit in the memory available (here said to be 1 MiB), and keeps
+/// everything resident when it does.
+#[test]
+fn the_automatic_budget_streams_what_does_not_fit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = synth(dir.path());
+    let args = [
+        "bench", &model, "-p", "4", "-n", "2", "-r", "1", "-t", "1", "--device", "cpu", "--json",
+    ];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .args(args)
+        .env("REDLITE_MEM_AVAILABLE", "1MiB")
+        .output()
+        .expect("run redlite");
+    let (so, se) = ok(&out);
+    assert!(
+        se.contains("does not fit") && se.contains("streamed from"),
+        "{se}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&so).expect("parses");
+    assert_eq!(v[0]["redlite_expert_cache_budget_bytes"], 512u64 << 20);
+    let (so, se) = ok(&redlite(&args));
+    assert!(!se.contains("does not fit"), "{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).expect("parses");
+    assert!(v[0].get("redlite_expert_cache_hits").is_none());
+}
+
 #[test]
 fn a_too_small_expert_cache_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");

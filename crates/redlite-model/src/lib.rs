@@ -73,7 +73,7 @@ pub enum ModelError {
 }
 
 /// A routed-expert stack (`blk.N.ffn_{gate,up,down,gate_up}_exps.weight`).
-fn is_expert_tensor(name: &str) -> bool {
+pub fn is_expert_tensor(name: &str) -> bool {
     name.starts_with("blk.") && name.ends_with("_exps.weight")
 }
 
