@@ -13,6 +13,8 @@
 # --types     only these quantized fixture types (comma list), e.g. Q8_0,CF2mix
 # --quick     only decode at position 0 and prefill of 1,738 tokens
 # --peer      a llama-bench built with CUDA, measured on the same file in the same run
+# --peer-src  llama.cpp's source packed by `scripts/llama-peer.sh fetch`: built here
+#             (CUDA, this GPU's architecture), then used as --peer
 #
 # Logs go to $OUT (when set) or ./gpu-check-out.
 set -uo pipefail
@@ -24,6 +26,7 @@ TYPES=""
 TESTS=1
 BENCH=1
 PEER=""
+PEER_SRC=""
 QUICK=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -34,8 +37,9 @@ while [ $# -gt 0 ]; do
         --no-tests) TESTS=0; shift ;;
         --no-bench) BENCH=0; shift ;;
         --peer) PEER="$2"; shift 2 ;;
+        --peer-src) PEER_SRC="$2"; shift 2 ;;
         --quick) QUICK=1; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -58,6 +62,18 @@ if [ "$TESTS" = 1 ]; then
         status=1
     fi
     grep -E '^gpu |^matvec' "$LOG/gpu-tests.log" > "$LOG/parity.txt" || true
+fi
+if [ -n "$PEER_SRC" ]; then
+    echo "== building llama.cpp's llama-bench with CUDA"
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+    t0=$(date +%s)
+    if PEER=$(scripts/llama-peer.sh build "$PEER_SRC" /tmp/llama-peer "$arch" | tail -1) && [ -x "$PEER" ]; then
+        ROWS+=("llama.cpp build | ok | $(( $(date +%s) - t0 )) s, sm_$arch")
+    else
+        ROWS+=("llama.cpp build | FAILED | $PEER")
+        PEER=""
+        status=1
+    fi
 fi
 if [ "$BENCH" = 1 ]; then
     M="$MODELS/cf2-512.gguf"
@@ -84,8 +100,25 @@ if [ "$BENCH" = 1 ]; then
         bench prefill-32k -p 32768 -n 0 -r 1
     fi
     if [ -n "$PEER" ]; then
-        "$PEER" -m "$M" -ngl 99 -fa 1 -p 1738 -n 128 -r 3 -o json > "$LOG/llama-bench.json" 2> "$LOG/llama-bench.err" \
-            && ROWS+=("llama.cpp | see llama-bench.json |") || ROWS+=("llama.cpp | FAILED |")
+        # The same tests, side by side: prefill 1738 and 32K, decode at 0, 32K, 128K.
+        peer() { # label, llama-bench args...
+            local label="$1"; shift
+            if timeout "${BENCH_TIMEOUT:-240}" "$PEER" -m "$M" -ngl 99 -fa 1 -o json "$@" \
+                > "$LOG/llama-$label.json" 2> "$LOG/llama-$label.err"; then
+                local ts
+                ts=$(python3 -c "import json,sys,statistics as s; d=json.load(open(sys.argv[1])); print(' / '.join(f\"{s.median(t['samples_ts']):.1f}\" for t in d))" "$LOG/llama-$label.json")
+                ROWS+=("llama.cpp $label | $ts tok/s | $*")
+            else
+                ROWS+=("llama.cpp $label | FAILED | $(tail -1 "$LOG/llama-$label.err")")
+            fi
+        }
+        peer decode-d0 -p 0 -n 128 -r 3
+        peer prefill-1738 -p 1738 -n 0 -r 3
+        if [ "$QUICK" = 0 ]; then
+            peer decode-d32k -p 0 -n 64 -r 3 -d 32768
+            peer decode-d128k -p 0 -n 64 -r 3 -d 131072
+            peer prefill-32k -p 32768 -n 0 -r 1
+        fi
     fi
 fi
 echo
