@@ -50,6 +50,20 @@ pub struct ExpertCacheOptions {
     /// Read the next layer's predicted experts in the background while a
     /// layer computes (decode steps of one token).
     pub prefetch: bool,
+    /// How many of the predicted experts to read ahead (the most likely
+    /// first); `None`: [`default_prefetch_count`] of the experts per token.
+    pub prefetch_top: Option<usize>,
+}
+
+/// Predicted experts read ahead by default: 60% of the experts per token,
+/// rounded up (6 of Qwen3-Next's 10). Measured on the 512-expert cf2 file
+/// with a 4 GiB cache on an SSD of 1.1 GB/s: reading all ten predictions
+/// wastes 40% of the reads (the prediction holds 60% of the time) and
+/// decodes 1.81 tok/s, no prefetch 1.88–1.91, the top 6 2.30 (top 5: 2.10,
+/// top 8: 2.28): the most likely experts are the right ones more often
+/// (72% for the top 6).
+pub fn default_prefetch_count(experts_per_token: usize) -> usize {
+    (experts_per_token * 3).div_ceil(5)
 }
 
 /// Hits, misses, bytes read and time waited on reads (of one layer or all).
@@ -245,6 +259,7 @@ pub struct ExpertCache {
     /// Signalled whenever reads leave the in-flight set.
     done: Condvar,
     prefetch: bool,
+    prefetch_top: Option<usize>,
 }
 
 /// Takes a key out of the in-flight set (and wakes the waiters) when
@@ -366,6 +381,7 @@ impl ExpertCache {
             pool: Mutex::new(Vec::new()),
             done: Condvar::new(),
             prefetch: opts.prefetch,
+            prefetch_top: opts.prefetch_top,
         })
     }
 
@@ -395,7 +411,15 @@ impl ExpertCache {
 
     /// Whether the next layer's predicted experts are prefetched.
     pub fn prefetch_enabled(&self) -> bool {
-        self.prefetch
+        self.prefetch && self.prefetch_top != Some(0)
+    }
+
+    /// How many of a layer's `experts_per_token` predicted experts to read
+    /// ahead.
+    pub fn prefetch_count(&self, experts_per_token: usize) -> usize {
+        self.prefetch_top
+            .unwrap_or_else(|| default_prefetch_count(experts_per_token))
+            .min(experts_per_token)
     }
 
     /// Whether every shard is read with `O_DIRECT`.

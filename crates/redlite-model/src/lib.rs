@@ -25,7 +25,8 @@ pub mod weights;
 pub use config::Config;
 pub use device::{DeviceForward, DeviceState};
 pub use expert_cache::{
-    ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats, ExpertEntry,
+    default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
+    ExpertEntry,
 };
 pub use qwen3next::{State, Trail};
 pub use rope::{RopeScaling, RopeScalingType};

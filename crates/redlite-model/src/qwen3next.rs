@@ -969,7 +969,7 @@ fn moe(
         (Some(cache), Some(nl)) if t == 1 && cache.prefetch_enabled() => {
             let nlog = linear(be, &qmat(f, &nl.moe.router)?, h, t, ex);
             route_row(&nlog, &mut probs, &mut order);
-            Some(order[..c.n_expert_used].to_vec())
+            Some(order[..cache.prefetch_count(c.n_expert_used)].to_vec())
         }
         _ => None,
     };
