@@ -605,17 +605,7 @@ fn forward_segments(
             )));
         }
     }
-    if let Some((index, &token)) = tokens
-        .iter()
-        .enumerate()
-        .find(|(_, &t)| t as usize >= c.vocab_size)
-    {
-        return Err(ModelError::Token {
-            token,
-            index,
-            vocab: c.vocab_size,
-        });
-    }
+    check_tokens(model, tokens)?;
     let t = tokens.len();
     let d = c.n_embd;
     let eps = c.rms_eps;
