@@ -342,8 +342,21 @@ fn automatic_budget(path: &Path, device: Device) -> u64 {
     if on_gpu {
         return 0;
     }
-    // Only the tensor index is read here (the data stays unmapped until the load).
-    let (Ok(f), Some(avail)) = (redlite_gguf::GgufFile::open(path), mem_available()) else {
+    let Some(avail) = mem_available() else {
+        return 0;
+    };
+    // The file sizes (every shard) settle the common case without parsing
+    // the file twice; the tensor index is read only when it does not fit.
+    let shards = redlite_gguf::split_paths(path).unwrap_or_else(|| vec![path.to_path_buf()]);
+    let file_bytes: Option<u64> = shards
+        .iter()
+        .map(|p| std::fs::metadata(p).ok().map(|m| m.len()))
+        .sum();
+    if file_bytes.is_some_and(|b| auto_expert_budget(b, 0, avail) == 0) {
+        return 0;
+    }
+    // The data stays unmapped until the load.
+    let Ok(f) = redlite_gguf::GgufFile::open(path) else {
         return 0;
     };
     let (mut experts, mut other) = (0u64, 0u64);
