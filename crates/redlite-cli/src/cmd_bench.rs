@@ -167,16 +167,6 @@ fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 fn prefill(model: &Model, st: &mut State, ids: &[u32], batch: usize) -> Result<Vec<f32>> {
     let mut last = Vec::new();
     for chunk in ids.chunks(batch) {
@@ -190,7 +180,7 @@ fn decode(model: &Model, st: &mut State, first: u32, n: usize) -> Result<()> {
     let mut tok = first;
     for _ in 0..n {
         let logits = model.forward(st, &[tok], false)?;
-        tok = argmax(&logits);
+        tok = redlite_engine::argmax(&logits);
     }
     Ok(())
 }

@@ -297,44 +297,22 @@ fn logits(model: &Model, tokens: &[u32], batch: usize) -> Vec<f32> {
     run(model, tokens, batch)
 }
 
-fn bf16_vs_transformers(model_name: &str) {
+fn bf16_check(model_name: &str) {
     if !gpu_ready() {
         return;
     }
     let model = load_gpu(&format!("{model_name}-bf16.gguf"));
-    let refs = read_npz(&fixture("refs.npz"));
-    let p = prompts();
-    for name in PROMPTS {
-        let tokens = prompt_ids(&p, name);
-        let reference = &refs[&format!("{model_name}.{name}")];
-        for (mode, batch) in [("prefill", tokens.len()), ("token-by-token", 1)] {
-            let ours = logits(&model, &tokens, batch);
-            let d = per_position(reference, &ours);
-            let worst_abs = d.iter().map(|x| x.0).fold(0f32, f32::max);
-            let worst_kl = d.iter().map(|x| x.1).fold(0f64, f64::max);
-            println!(
-                "gpu {model_name} {name:8} {mode:15} max|Δ| {worst_abs:.3e}  max KL {worst_kl:.3e}"
-            );
-            assert!(
-                worst_abs <= 5e-3,
-                "{model_name} {name} {mode}: |Δlogit| {worst_abs}"
-            );
-            assert!(
-                worst_kl <= 1e-6,
-                "{model_name} {name} {mode}: KL {worst_kl}"
-            );
-        }
-    }
+    bf16_vs_transformers(&model, model_name, "gpu ");
 }
 
 #[test]
 fn tiny_a_bf16_matches_transformers() {
-    bf16_vs_transformers("tiny-a");
+    bf16_check("tiny-a");
 }
 
 #[test]
 fn tiny_s_bf16_matches_transformers() {
-    bf16_vs_transformers("tiny-s");
+    bf16_check("tiny-s");
 }
 
 #[test]
@@ -443,37 +421,7 @@ fn long32k_matches_transformers() {
     if !gpu_ready() {
         return;
     }
-    let model = load_gpu("tiny-s-bf16.gguf");
-    let s = std::fs::read_to_string(fixture("long32k.json")).expect("long32k.json");
-    let j: serde_json::Value = serde_json::from_str(&s).expect("long32k.json parses");
-    let tokens = ids(&j["ids"]);
-    let npz = read_npz(&fixture("long32k.npz"));
-    let positions: Vec<usize> = npz["positions"].data.iter().map(|&p| p as usize).collect();
-    let reference = &npz["logits"];
-    let vocab = model.config().vocab_size;
-    let mut st = model.new_state();
-    let mut ours = vec![Vec::new(); positions.len()];
-    let start = std::time::Instant::now();
-    for (b, chunk) in tokens.chunks(4096).enumerate() {
-        let p0 = b * 4096;
-        let l = model.forward(&mut st, chunk, true).expect("forward");
-        for (i, &p) in positions.iter().enumerate() {
-            if (p0..p0 + chunk.len()).contains(&p) {
-                ours[i] = l[(p - p0) * vocab..(p - p0 + 1) * vocab].to_vec();
-            }
-        }
-    }
-    println!(
-        "gpu: 32768 tokens in {:.2} s",
-        start.elapsed().as_secs_f64()
-    );
-    let (mut worst_abs, mut worst_kl) = (0f32, 0f64);
-    for (i, _) in positions.iter().enumerate() {
-        worst_abs = worst_abs.max(max_abs(reference.row(i), &ours[i]));
-        worst_kl = worst_kl.max(kl(reference.row(i), &ours[i]));
-    }
-    println!("gpu long32k: max|Δ| {worst_abs:.2e}, max KL {worst_kl:.2e}");
-    assert!(worst_abs <= 2e-3 && worst_kl <= 1e-6);
+    long32k_vs_transformers(&load_gpu("tiny-s-bf16.gguf"), "gpu ");
 }
 
 /// Forks continue like the original; verify + rollback equals plain decode;

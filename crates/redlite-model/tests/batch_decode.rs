@@ -7,16 +7,6 @@
 mod common;
 use common::*;
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 /// Greedy decode of `steps` tokens alone: the logits of every step.
 fn alone(model: &redlite_model::Model, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     let mut st = model.new_state();

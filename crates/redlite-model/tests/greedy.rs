@@ -4,16 +4,6 @@ mod common;
 use common::*;
 use redlite_testkit::fixture;
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 #[test]
 fn greedy_continuations_match() {
     let s = std::fs::read_to_string(fixture("refs.json")).expect("refs.json");

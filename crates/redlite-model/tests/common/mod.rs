@@ -68,6 +68,93 @@ pub fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
         .max(0.0)
 }
 
+/// Index of the largest logit (the first one on ties).
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// A model's logits of every prompt against transformers (`refs.npz`),
+/// whole-prompt prefill and token by token: every position within
+/// max |Δlogit| 5e-3 and KL 1e-6. `label` names the run in the output.
+pub fn bf16_vs_transformers(model: &Model, model_name: &str, label: &str) {
+    let refs = redlite_testkit::read_npz(&fixture("refs.npz"));
+    let p = prompts();
+    for name in PROMPTS {
+        let tokens = prompt_ids(&p, name);
+        let reference = &refs[&format!("{model_name}.{name}")];
+        for (mode, batch) in [("prefill", tokens.len()), ("token-by-token", 1)] {
+            let ours = run(model, &tokens, batch);
+            let d = per_position(reference, &ours);
+            let worst_abs = d.iter().map(|x| x.0).fold(0f32, f32::max);
+            let worst_kl = d.iter().map(|x| x.1).fold(0f64, f64::max);
+            println!(
+                "{label}{model_name} {name:8} {mode:15} max|Δ| {worst_abs:.3e}  max KL {worst_kl:.3e}"
+            );
+            for (i, (a, k)) in d.iter().enumerate() {
+                assert!(
+                    *a <= 5e-3,
+                    "{label}{model_name} {name} {mode} pos {i}: |Δlogit| {a}"
+                );
+                assert!(
+                    *k <= 1e-6,
+                    "{label}{model_name} {name} {mode} pos {i}: KL {k}"
+                );
+            }
+        }
+    }
+}
+
+/// tiny-s-bf16's logits on the 32,768-token prompt (fed in batches of 4096)
+/// against transformers (`long32k.npz`): every compared position within
+/// |Δlogit| 2e-3 and KL 1e-6.
+pub fn long32k_vs_transformers(model: &Model, label: &str) {
+    let s = std::fs::read_to_string(fixture("long32k.json")).expect("long32k.json");
+    let j: serde_json::Value = serde_json::from_str(&s).expect("long32k.json parses");
+    let tokens = ids(&j["ids"]);
+    assert_eq!(tokens.len(), 32768);
+    let npz = redlite_testkit::read_npz(&fixture("long32k.npz"));
+    let positions: Vec<usize> = npz["positions"].data.iter().map(|&p| p as usize).collect();
+    let reference = &npz["logits"];
+    let vocab = model.config().vocab_size;
+    let mut st = model.new_state();
+    let mut ours = vec![Vec::new(); positions.len()];
+    let start = std::time::Instant::now();
+    for (b, chunk) in tokens.chunks(4096).enumerate() {
+        let p0 = b * 4096;
+        let logits = model.forward(&mut st, chunk, true).expect("forward");
+        for (i, &p) in positions.iter().enumerate() {
+            if (p0..p0 + chunk.len()).contains(&p) {
+                ours[i] = logits[(p - p0) * vocab..(p - p0 + 1) * vocab].to_vec();
+            }
+        }
+    }
+    println!(
+        "{label}32768 tokens in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    let (mut worst_abs, mut worst_kl) = (0f32, 0f64);
+    for (i, &p) in positions.iter().enumerate() {
+        let (a, k) = (
+            max_abs(reference.row(i), &ours[i]),
+            kl(reference.row(i), &ours[i]),
+        );
+        worst_abs = worst_abs.max(a);
+        worst_kl = worst_kl.max(k);
+        assert!(a <= 2e-3, "{label}position {p}: |Δlogit| {a}");
+        assert!(k <= 1e-6, "{label}position {p}: KL {k}");
+    }
+    println!(
+        "{label}long32k: max|Δ| {worst_abs:.2e}, max KL {worst_kl:.2e} over {} positions",
+        positions.len()
+    );
+}
+
 pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
