@@ -475,16 +475,26 @@ impl Gpu {
                 Arg::D(v) => v.to_bits(),
             };
         }
-        let mut ptrs: Vec<*mut c_void> = slots[..args.len()]
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
-            .collect();
+        // The argument pointers, on the stack like the slots (no allocation
+        // per launch).
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); 32];
+        for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
+            *p = s as *mut u64 as *mut c_void;
+        }
         // SAFETY: each pointer addresses an 8-byte slot holding the argument
         // in its low bytes (little-endian), as the kernel's parameter types
-        // expect; the slots outlive the call.
+        // expect; the slots outlive the call, and only the first
+        // `args.len()` pointers are passed.
         unsafe {
-            result::launch_kernel(f, grid, (block, 1, 1), smem, self.stream, &mut ptrs)
-                .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
+            result::launch_kernel(
+                f,
+                grid,
+                (block, 1, 1),
+                smem,
+                self.stream,
+                &mut ptrs[..args.len()],
+            )
+            .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
         }
         if let (Some(p), Some(a)) = (&self.prof, start) {
             if let (Some(b), Ok(mut p)) = (ev(0), p.lock()) {

@@ -127,6 +127,9 @@ struct Scratch {
     ctl: DevBuf,
     /// Per layer, two pointers: (conv, ssm) or (keys, values) of the sequence.
     tab: DevBuf,
+    /// What `tab` holds (it changes only with the sequence or a larger KV
+    /// cache, so a decode step usually has nothing to upload).
+    tab_host: Vec<u64>,
     /// The captured decode step (one token, last logits), replayed per token.
     graph: Option<Graph>,
 }
@@ -731,7 +734,12 @@ impl CudaModel {
 
     /// Before a pass over `tokens` of `st`: room in the KV cache, and the
     /// token ids, control words and state table on the device.
-    fn prepare(&self, s: &Scratch, st: &mut CudaState, tokens: &[u32]) -> Result<(), CudaError> {
+    fn prepare(
+        &self,
+        s: &mut Scratch,
+        st: &mut CudaState,
+        tokens: &[u32],
+    ) -> Result<(), CudaError> {
         let g = &self.gpu;
         st.reserve(g, &self.c, st.pos + tokens.len())?;
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
@@ -753,7 +761,11 @@ impl CudaModel {
                 }
             }
         }
-        g.htod(s.tab.ptr, &tab)
+        if tab != s.tab_host {
+            g.htod(s.tab.ptr, &tab)?;
+            s.tab_host = tab;
+        }
+        Ok(())
     }
 
     /// Queue one pass over `t` tokens (at most `T_MAX`) prepared by
@@ -1119,6 +1131,7 @@ impl Scratch {
             offsets: f(c.n_expert)?,
             perm: f(t * k)?,
             tab: g.alloc(2 * c.n_layer.max(1) * 8)?,
+            tab_host: Vec::new(),
             graph: None,
         })
     }
@@ -1372,7 +1385,7 @@ impl DeviceForward for CudaModel {
                 } else {
                     0
                 };
-                self.prepare(&s, st, ch)?;
+                self.prepare(&mut s, st, ch)?;
                 if t == 1 && rows == 1 && self.use_graph && !g.profiling() {
                     self.decode_step(&mut s)?;
                 } else {

@@ -102,83 +102,65 @@ fn matvec_every_type_matches_the_cpu() {
         let xb = gpu.upload(&x).expect("upload");
         let yb = gpu.alloc(n_tok * 2 * n_out * 4).expect("alloc");
         let ids = gpu.upload(&[1i32, 0i32]).expect("upload");
-        // Plain: 5 tokens through expert 0's rows.
-        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
-        gpu.launch(
-            &format!("mv_{sfx}"),
-            ((n_out as u32).div_ceil(4), 1, 1),
-            128,
-            0,
-            &[
-                Arg::U(wb.ptr),
-                Arg::U(row_bytes as u64),
-                Arg::I(n_in as i32),
-                Arg::I(n_out as i32),
-                Arg::U(xb.ptr),
-                Arg::I(n_in as i32),
-                Arg::U(yb.ptr),
-                Arg::I(n_out as i32),
-                Arg::I(n_tok as i32),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::I(1),
-                Arg::U(0),
-                Arg::U(0),
-                Arg::U(0),
-            ],
-        )
-        .expect("launch");
-        let mut y = vec![0f32; n_tok * n_out];
-        gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+        // The arguments mm_<T> takes, and the first nine of mv_<T>'s: 5 tokens
+        // through expert 0's rows.
+        let dense = [
+            Arg::U(wb.ptr),
+            Arg::U(row_bytes as u64),
+            Arg::I(n_in as i32),
+            Arg::I(n_out as i32),
+            Arg::U(xb.ptr),
+            Arg::I(n_in as i32),
+            Arg::U(yb.ptr),
+            Arg::I(n_out as i32),
+            Arg::I(n_tok as i32),
+        ];
+        // No ids, no slot strides, no SwiGLU input.
+        let plain = [
+            Arg::U(0),
+            Arg::U(0),
+            Arg::I(1),
+            Arg::U(0),
+            Arg::U(0),
+            Arg::U(0),
+        ];
         let dot = |row: usize, t: usize| -> f64 {
             (0..n_in)
                 .map(|i| deq[row * n_in + i] as f64 * x[t * n_in + i] as f64)
                 .sum()
         };
         let scale = |t: usize| -> f64 { (0..n_out).map(|o| dot(o, t).abs()).fold(1e-30, f64::max) };
-        for t in 0..n_tok {
-            let s = scale(t);
-            for o in 0..n_out {
-                let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
-                assert!(
-                    e < 1e-5,
-                    "{ty} plain t{t} row {o}: {} vs {}",
-                    y[t * n_out + o],
-                    dot(o, t)
-                );
-            }
-        }
-        // The tiled prefill kernel on the same 5 tokens.
-        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
-        gpu.launch(
-            &format!("mm_{sfx}"),
-            ((n_out as u32).div_ceil(64), 1, 1),
-            256,
-            0,
-            &[
-                Arg::U(wb.ptr),
-                Arg::U(row_bytes as u64),
-                Arg::I(n_in as i32),
-                Arg::I(n_out as i32),
-                Arg::U(xb.ptr),
-                Arg::I(n_in as i32),
-                Arg::U(yb.ptr),
-                Arg::I(n_out as i32),
-                Arg::I(n_tok as i32),
-            ],
-        )
-        .expect("launch");
-        gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
-        for t in 0..n_tok {
-            let s = scale(t);
-            for o in 0..n_out {
-                let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
-                assert!(
-                    e < 1e-5,
-                    "{ty} tiled t{t} row {o}: {} vs {}",
-                    y[t * n_out + o],
-                    dot(o, t)
-                );
+        let mut y = vec![0f32; n_tok * n_out];
+        for (kname, rows, threads, args) in [
+            (
+                format!("mv_{sfx}"),
+                4u32,
+                128u32,
+                [&dense[..], &plain[..]].concat(),
+            ),
+            (format!("mm_{sfx}"), 64, 256, dense.to_vec()),
+        ] {
+            gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+            gpu.launch(
+                &kname,
+                ((n_out as u32).div_ceil(rows), 1, 1),
+                threads,
+                0,
+                &args,
+            )
+            .expect("launch");
+            gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+            for t in 0..n_tok {
+                let s = scale(t);
+                for o in 0..n_out {
+                    let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
+                    assert!(
+                        e < 1e-5,
+                        "{kname} t{t} row {o}: {} vs {}",
+                        y[t * n_out + o],
+                        dot(o, t)
+                    );
+                }
             }
         }
         // Slots: slot z uses expert ids[z] on token z (x_div 1), output z.
