@@ -16,7 +16,8 @@
 # --peer-src  llama.cpp's source packed by `scripts/llama-peer.sh fetch`: built here
 #             (CUDA, this GPU's architecture), then used as --peer
 #
-# Logs go to $OUT (when set) or ./gpu-check-out.
+# The peer build runs (niced) beside the parity tests and Red Lite's benchmarks; rerun
+# those for figures to report. Logs go to $OUT (when set) or ./gpu-check-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=target/release
@@ -53,6 +54,14 @@ export REDLITE_FIXTURES="$FIX" REDLITE_REQUIRE_CUDA=1 RUST_BACKTRACE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$LOG/gpu.txt"
 declare -a ROWS
 status=0
+if [ -n "$PEER_SRC" ]; then
+    # Built on the CPU cores while the GPU runs the parity tests.
+    echo "== building llama.cpp's llama-bench with CUDA (in the background)"
+    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+    peer_t0=$(date +%s)
+    nice -n 19 scripts/llama-peer.sh build "$PEER_SRC" /tmp/llama-peer "$arch" > "$LOG/peer-build.txt" 2>&1 &
+    peer_pid=$!
+fi
 if [ "$TESTS" = 1 ]; then
     echo "== GPU parity tests ($GT)"
     if "$GT" --test-threads 1 --nocapture 2>&1 | tee "$LOG/gpu-tests.log"; then
@@ -64,13 +73,12 @@ if [ "$TESTS" = 1 ]; then
     grep -E '^gpu |^matvec' "$LOG/gpu-tests.log" > "$LOG/parity.txt" || true
 fi
 if [ -n "$PEER_SRC" ]; then
-    echo "== building llama.cpp's llama-bench with CUDA"
-    arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
-    t0=$(date +%s)
-    if PEER=$(scripts/llama-peer.sh build "$PEER_SRC" /tmp/llama-peer "$arch" | tail -1) && [ -x "$PEER" ]; then
-        ROWS+=("llama.cpp build | ok | $(( $(date +%s) - t0 )) s, sm_$arch")
+    if wait "$peer_pid" && PEER=$(tail -1 "$LOG/peer-build.txt") && [ -x "$PEER" ]; then
+        ROWS+=("llama.cpp build | ok | $(( $(date +%s) - peer_t0 )) s, sm_$arch")
+        # Kept (compressed) so that a later run can pass it as --peer.
+        strip -o "$LOG/llama-bench" "$PEER" && xz -T0 -f "$LOG/llama-bench" || true
     else
-        ROWS+=("llama.cpp build | FAILED | $PEER")
+        ROWS+=("llama.cpp build | FAILED | $(tail -1 "$LOG/peer-build.txt")")
         PEER=""
         status=1
     fi

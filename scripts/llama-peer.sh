@@ -10,7 +10,8 @@
 #       to carry to a GPU machine).
 #   scripts/llama-peer.sh build SRC.tar.xz BUILD_DIR [ARCH]
 #       (on the GPU machine) unpack and build llama-bench with CUDA for ARCH
-#       (default 90); prints the path of the binary last.
+#       (default 90), linked statically (one file that can be kept and carried);
+#       prints the path of the binary last.
 set -euo pipefail
 cmd="${1:-}"
 case "$cmd" in
@@ -54,7 +55,7 @@ build)
     tar xJf "$srctar" -C "$dir"
     cmake -S "$dir/llama.cpp" -B "$dir/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
         -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >"$dir/cmake.log" 2>&1 \
+        -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >"$dir/cmake.log" 2>&1 \
         || { tail -30 "$dir/cmake.log"; exit 1; }
     cmake --build "$dir/build" --target llama-bench -j "$(nproc)" >"$dir/build.log" 2>&1 \
         || { tail -30 "$dir/build.log"; exit 1; }

@@ -25,10 +25,32 @@ pub enum FillState {
     Prefill,
 }
 
+/// Drafts of the speculative-decoding test (`--draft`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Draft {
+    /// The plain run's own output replayed: every drafted token is accepted (the best case).
+    Replay,
+    /// Random tokens: none is accepted (the worst case).
+    Random,
+    /// Prompt lookup, as `run --lookup` drafts (random weights rarely repeat text).
+    Lookup,
+}
+
+impl Draft {
+    fn name(self) -> &'static str {
+        match self {
+            Draft::Replay => "replay",
+            Draft::Random => "random",
+            Draft::Lookup => "lookup",
+        }
+    }
+}
+
 #[derive(clap::Args)]
 #[command(after_help = "Examples:\n  redlite bench model.gguf\n  \
     redlite bench model.gguf -p 512 -n 128 -r 5 -t 2 --json > bench.json\n  \
-    redlite bench model.gguf -p 0 -n 64 --start-position 4096 --fill-state random")]
+    redlite bench model.gguf -p 0 -n 64 --start-position 4096 --fill-state random\n  \
+    redlite bench model.gguf -p 0 -n 128 --draft replay,random --draft-max 8")]
 pub struct Args {
     /// GGUF model file (for a split model, any of its shards).
     pub model: PathBuf,
@@ -56,6 +78,14 @@ pub struct Args {
     /// Seed of the random prompt tokens and random states.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Speculative decoding, engine side: greedy generation of -n tokens after a 64-token
+    /// prompt, plain and with each of these drafts (comma list), interleaved in every
+    /// repetition; every run's tokens must equal the plain run's.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub draft: Vec<Draft>,
+    /// Most tokens drafted per verify pass in the --draft test.
+    #[arg(long, default_value_t = 8)]
+    pub draft_max: usize,
     /// Print llama-bench's JSON (a list of tests) on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -269,6 +299,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.prompt_tokens == 0 && args.gen_tokens == 0 {
         bail!("nothing to measure: both --prompt-tokens and --gen-tokens are 0");
     }
+    if !args.draft.is_empty() && (args.gen_tokens == 0 || args.draft_max == 0) {
+        bail!("--draft needs --gen-tokens and --draft-max of at least 1");
+    }
     let loaded = load_model(&args.model, args.threads, &args.load)?;
     let model = &loaded.model;
     let c = model.config().clone();
@@ -383,6 +416,11 @@ pub fn run(args: Args) -> Result<()> {
         print_profile(model, "decode step", (args.repeat * args.gen_tokens) as f64);
     }
     bar.finish_and_clear();
+    let spec = if args.draft.is_empty() {
+        Vec::new()
+    } else {
+        draft_test(model, &args)?
+    };
     let peak_rss = proc_status_bytes("VmHWM");
 
     let filename = args.model.display().to_string();
@@ -467,6 +505,22 @@ pub fn run(args: Args) -> Result<()> {
             test(s, 0, args.gen_tokens, &tg_cache),
         ));
     }
+    let plain_gen = spec.first().map(|r| r.stats.median_ts());
+    for r in &spec {
+        let mut v = test(&r.stats, 0, args.gen_tokens, &None);
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("redlite_draft".into(), json!(r.name));
+            obj.insert("redlite_draft_max".into(), json!(args.draft_max));
+            obj.insert("redlite_verify_passes".into(), json!(r.rounds));
+            obj.insert("redlite_drafted".into(), json!(r.drafted));
+            obj.insert("redlite_accepted".into(), json!(r.accepted));
+            obj.insert(
+                "redlite_vs_plain".into(),
+                json!(plain_gen.map(|p| r.stats.median_ts() / p)),
+            );
+        }
+        tests.push(("tg", args.gen_tokens, &r.stats, v));
+    }
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -491,12 +545,12 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         format!("CPU ({isa}, {activations})")
     };
-    for (kind, n, s, _) in &tests {
+    for (kind, n, s, v) in &tests {
         let (avg, sd) = s.ts();
-        let at = if depth > 0 {
-            format!(" @ d{depth}")
-        } else {
-            String::new()
+        let at = match v.get("redlite_draft").and_then(|d| d.as_str()) {
+            Some(d) => format!(" {d}"),
+            None if depth > 0 => format!(" @ d{depth}"),
+            None => String::new(),
         };
         lines.push(format!(
             "| {name} | {} | {} | {backend} | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
@@ -521,6 +575,17 @@ pub fn run(args: Args) -> Result<()> {
         ),
     };
     lines.push(tg_line);
+    for r in spec.iter().skip(1) {
+        lines.push(format!(
+            "speculative, {} drafts of up to {}: {:.2}x plain generation ({} verify passes, {} drafted, {} accepted; tokens equal to plain)",
+            r.name,
+            args.draft_max,
+            r.stats.median_ts() / plain_gen.unwrap_or(f64::NAN),
+            r.rounds,
+            r.drafted,
+            r.accepted
+        ));
+    }
     for (kind, n, cache) in [
         ("pp", args.prompt_tokens, &pp_cache),
         ("tg", args.gen_tokens, &tg_cache),
@@ -568,6 +633,103 @@ pub fn run(args: Args) -> Result<()> {
     ));
     writeln!(out, "{}", lines.join("\n")).context("writing to stdout")?;
     Ok(())
+}
+
+/// One configuration of the speculative-decoding test.
+struct SpecRun {
+    name: &'static str,
+    stats: Stats,
+    rounds: usize,
+    drafted: usize,
+    accepted: usize,
+}
+
+/// Greedy generation of `--gen-tokens` after a 64-token random prompt, plain
+/// and with each `--draft`, interleaved `--repeat` times; the first result is
+/// plain generation. Every run's tokens must equal the plain run's.
+fn draft_test(model: &Model, args: &Args) -> Result<Vec<SpecRun>> {
+    use redlite_engine::{generate, DraftSource, GenerateParams, LookupParams};
+    let tok = redlite_tokenizer::Tokenizer::from_gguf(model.gguf())
+        .map_err(|e| anyhow::anyhow!("reading the tokenizer for --draft: {e}"))?;
+    let vocab = model.config().vocab_size;
+    let prompt = random_tokens(64, vocab, args.seed ^ 0x5EC);
+    let plain = GenerateParams {
+        max_tokens: args.gen_tokens,
+        stop_at_eog: false,
+        ..Default::default()
+    };
+    eprintln!("speculative decoding test: reference run");
+    let reference = generate(model, &tok, &prompt, &plain, |_, _| {}, |_| {})?;
+    let lookup = LookupParams {
+        max_draft: args.draft_max,
+        ..LookupParams::default()
+    };
+    let mut configs: Vec<(&'static str, Option<DraftSource>)> = vec![("plain", None)];
+    for d in &args.draft {
+        let src = match d {
+            Draft::Replay => DraftSource::Replay(reference.tokens.clone()),
+            Draft::Random => DraftSource::Random {
+                vocab: vocab as u32,
+                seed: args.seed ^ 0xD7,
+            },
+            Draft::Lookup => DraftSource::Lookup,
+        };
+        configs.push((d.name(), Some(src)));
+    }
+    let mut samples = vec![Vec::new(); configs.len()];
+    let mut counts = vec![(0, 0, 0); configs.len()];
+    // With a profiling device, each configuration's kernels are timed on its
+    // own (after the interleaved runs, once each).
+    let profiling = model.device().is_some_and(|d| {
+        d.profile();
+        std::env::var_os("REDLITE_CUDA_PROFILE").is_some_and(|v| v != "0")
+    });
+    if profiling {
+        for (name, src) in &configs {
+            let p = GenerateParams {
+                lookup: src.as_ref().map(|_| lookup.clone()),
+                draft_source: src.clone().unwrap_or(DraftSource::Lookup),
+                ..plain.clone()
+            };
+            let g = generate(model, &tok, &prompt, &p, |_, _| {}, |_| {})?;
+            print_profile(
+                model,
+                &format!(
+                    "generated token ({name} drafts, {} verify passes)",
+                    g.lookup.rounds
+                ),
+                g.tokens.len() as f64,
+            );
+        }
+    }
+    for rep in 0..args.repeat {
+        for (i, (name, src)) in configs.iter().enumerate() {
+            eprintln!("speculative decoding test: {name}, run {}", rep + 1);
+            let p = GenerateParams {
+                lookup: src.as_ref().map(|_| lookup.clone()),
+                draft_source: src.clone().unwrap_or(DraftSource::Lookup),
+                ..plain.clone()
+            };
+            let g = generate(model, &tok, &prompt, &p, |_, _| {}, |_| {})?;
+            if g.tokens != reference.tokens {
+                bail!("{name} drafts: the output differs from plain greedy decoding");
+            }
+            samples[i].push((g.generated_seconds * 1e9) as u64);
+            counts[i] = (g.lookup.rounds, g.lookup.drafted, g.lookup.accepted);
+        }
+    }
+    Ok(configs
+        .iter()
+        .zip(samples)
+        .zip(counts)
+        .map(|(((name, _), ns), (rounds, drafted, accepted))| SpecRun {
+            name,
+            stats: Stats::new(ns, args.gen_tokens),
+            rounds,
+            drafted,
+            accepted,
+        })
+        .collect())
 }
 
 /// Per-kernel GPU time since the last call, per `what` (`REDLITE_CUDA_PROFILE=1`

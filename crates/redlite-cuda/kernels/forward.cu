@@ -85,14 +85,35 @@ __device__ __forceinline__ float rl_dot8o(uint32_t w0, uint32_t w1, const float*
 __device__ __forceinline__ float rl_dot8u(uint32_t w0, uint32_t w1, const float* x) {
     return rl_dot8o(w0, w1, x, 8388608.0f);
 }
+// Each dot8_T is split in two: prep8_T turns the chunk's 8 weights into
+// exact small-integer (or stored) floats q and the chunk's multipliers a, b;
+// apply8_T combines them with the inputs. dot8_T = apply8_T(prep8_T(..)),
+// so a kernel that preps a chunk once and applies it to several tokens
+// (mvn_T) gives each token exactly what dot8_T gives it alone.
+struct W8 {
+    float q[8];
+    float a, b;
+};
+// Σ q_j·x_j, in the order every apply8 uses.
+__device__ __forceinline__ float rl_qdot8(const W8& w, const float* x) {
+    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
+    return w.q[0] * a.x + w.q[1] * a.y + w.q[2] * a.z + w.q[3] * a.w + w.q[4] * b.x +
+           w.q[5] * b.y + w.q[6] * b.z + w.q[7] * b.w;
+}
+// Bytes j of w0, w1 as floats 2^23 + byte − off (see rl_u8o).
+__device__ __forceinline__ void rl_q8o(W8& w, uint32_t w0, uint32_t w1, float off) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        w.q[j] = rl_u8o(w0, j, off);
+        w.q[4 + j] = rl_u8o(w1, j, off);
+    }
+}
 #define DEF_DOT8_DEFAULT(T)                                                                 \
-    __device__ __forceinline__ float dot8_##T(const uint8_t* blk, int c, const float* x,    \
-                                              float xsum) {                                 \
-        float v[8];                                                                         \
-        dq8_##T(blk, c, v);                                                                 \
-        float4 a = *(const float4*)x, b = *(const float4*)(x + 4);                          \
-        return v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x +             \
-               v[5] * b.y + v[6] * b.z + v[7] * b.w;                                        \
+    __device__ __forceinline__ void prep8_##T(const uint8_t* blk, int c, W8& w) {           \
+        dq8_##T(blk, c, w.q);                                                               \
+    }                                                                                       \
+    __device__ __forceinline__ float apply8_##T(const W8& w, const float* x, float xsum) {  \
+        return rl_qdot8(w, x);                                                              \
     }
 DEF_DOT8_DEFAULT(F16)
 DEF_DOT8_DEFAULT(BF16)
@@ -110,21 +131,27 @@ DEF_DOT8_DEFAULT(IQ3_S)
 DEF_DOT8_DEFAULT(IQ4_NL)
 DEF_DOT8_DEFAULT(IQ4_XS)
 
-__device__ __forceinline__ float dot8_F32(const uint8_t* blk, int c, const float* x, float xsum) {
-    const float* w = (const float*)(blk + 32 * c);
-    float4 p = *(const float4*)w, q = *(const float4*)(w + 4);
-    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
-    return p.x * a.x + p.y * a.y + p.z * a.z + p.w * a.w + q.x * b.x + q.y * b.y + q.z * b.z +
-           q.w * b.w;
+__device__ __forceinline__ void prep8_F32(const uint8_t* blk, int c, W8& w) {
+    const float* p = (const float*)(blk + 32 * c);
+    float4 u = *(const float4*)p, v = *(const float4*)(p + 4);
+    w.q[0] = u.x; w.q[1] = u.y; w.q[2] = u.z; w.q[3] = u.w;
+    w.q[4] = v.x; w.q[5] = v.y; w.q[6] = v.z; w.q[7] = v.w;
 }
-__device__ __forceinline__ float dot8_Q8_0(const uint8_t* blk, int c, const float* x, float xsum) {
-    const float d = rl_ld_f16(blk);
+__device__ __forceinline__ float apply8_F32(const W8& w, const float* x, float xsum) {
+    return rl_qdot8(w, x);
+}
+// Q8_0 and Q6_K: a·Σq·x.
+__device__ __forceinline__ void prep8_Q8_0(const uint8_t* blk, int c, W8& w) {
+    w.a = rl_ld_f16(blk);
     const uint8_t* q = blk + 2 + 8 * c;
     // Signed bytes: flipped to unsigned (q + 128), taken back exactly by the offset.
-    uint32_t w0 = rl_h32(q) ^ 0x80808080u, w1 = rl_h32(q + 4) ^ 0x80808080u;
-    return d * rl_dot8o(w0, w1, x, 8388736.0f);
+    rl_q8o(w, rl_h32(q) ^ 0x80808080u, rl_h32(q + 4) ^ 0x80808080u, 8388736.0f);
 }
-__device__ __forceinline__ float dot8_Q4_K(const uint8_t* blk, int c, const float* x, float xsum) {
+__device__ __forceinline__ float apply8_Q8_0(const W8& w, const float* x, float xsum) {
+    return w.a * rl_qdot8(w, x);
+}
+// Q4_K and Q5_K: a·Σq·x − b·Σx (scale and minimum folded out of the sum).
+__device__ __forceinline__ void prep8_Q4_K(const uint8_t* blk, int c, W8& w) {
     const float d = rl_ld_f16(blk);
     const float dmin = rl_ld_f16(blk + 2);
     const int k = c >> 2;
@@ -132,10 +159,14 @@ __device__ __forceinline__ float dot8_Q4_K(const uint8_t* blk, int c, const floa
     rl_scale_min_k4(blk + 4, k, &sc, &m);
     const uint8_t* q = blk + 16 + 32 * (k >> 1) + 8 * (c & 3);
     const int sh = 4 * (k & 1);
-    uint32_t w0 = (rl_w32(q) >> sh) & 0x0F0F0F0Fu, w1 = (rl_w32(q + 4) >> sh) & 0x0F0F0F0Fu;
-    return d * (float)sc * rl_dot8u(w0, w1, x) - dmin * (float)m * xsum;
+    rl_q8o(w, (rl_w32(q) >> sh) & 0x0F0F0F0Fu, (rl_w32(q + 4) >> sh) & 0x0F0F0F0Fu, 8388608.0f);
+    w.a = d * (float)sc;
+    w.b = dmin * (float)m;
 }
-__device__ __forceinline__ float dot8_Q5_K(const uint8_t* blk, int c, const float* x, float xsum) {
+__device__ __forceinline__ float apply8_Q4_K(const W8& w, const float* x, float xsum) {
+    return w.a * rl_qdot8(w, x) - w.b * xsum;
+}
+__device__ __forceinline__ void prep8_Q5_K(const uint8_t* blk, int c, W8& w) {
     const float d = rl_ld_f16(blk);
     const float dmin = rl_ld_f16(blk + 2);
     const int k = c >> 2;
@@ -148,11 +179,16 @@ __device__ __forceinline__ float dot8_Q5_K(const uint8_t* blk, int c, const floa
     uint32_t w0 = (rl_w32(q) >> sh) & 0x0F0F0F0Fu, w1 = (rl_w32(q + 4) >> sh) & 0x0F0F0F0Fu;
     w0 |= ((rl_w32(qh) >> k) & 0x01010101u) << 4;
     w1 |= ((rl_w32(qh + 4) >> k) & 0x01010101u) << 4;
-    return d * (float)sc * rl_dot8u(w0, w1, x) - dmin * (float)m * xsum;
+    rl_q8o(w, w0, w1, 8388608.0f);
+    w.a = d * (float)sc;
+    w.b = dmin * (float)m;
 }
-__device__ __forceinline__ float dot8_Q6_K(const uint8_t* blk, int c, const float* x, float xsum) {
+__device__ __forceinline__ float apply8_Q5_K(const W8& w, const float* x, float xsum) {
+    return w.a * rl_qdot8(w, x) - w.b * xsum;
+}
+__device__ __forceinline__ void prep8_Q6_K(const uint8_t* blk, int c, W8& w) {
     const float d = rl_ld_f16(blk + 208);
-    const float dl = d * (float)(int8_t)blk[192 + (c >> 1)];
+    w.a = d * (float)(int8_t)blk[192 + (c >> 1)];
     const int n = c >> 4;
     const int r = c & 15;
     const uint8_t* ql = blk + 64 * n + 8 * (r & 7);
@@ -162,9 +198,13 @@ __device__ __forceinline__ float dot8_Q6_K(const uint8_t* blk, int c, const floa
     uint32_t w0 = (rl_h32(ql) >> shl) & 0x0F0F0F0Fu, w1 = (rl_h32(ql + 4) >> shl) & 0x0F0F0F0Fu;
     w0 |= ((rl_h32(qh) >> shh) & 0x03030303u) << 4;
     w1 |= ((rl_h32(qh + 4) >> shh) & 0x03030303u) << 4;
-    return dl * rl_dot8o(w0, w1, x, 8388640.0f);
+    rl_q8o(w, w0, w1, 8388640.0f);
 }
-__device__ __forceinline__ float dot8_IQ1_M(const uint8_t* blk, int c, const float* x, float xsum) {
+__device__ __forceinline__ float apply8_Q6_K(const W8& w, const float* x, float xsum) {
+    return w.a * rl_qdot8(w, x);
+}
+// IQ1_M: a·(Σq·x + b·Σx), b the grid's delta.
+__device__ __forceinline__ void prep8_IQ1_M(const uint8_t* blk, int c, W8& w) {
     const uint32_t s01 = rl_w32(blk + 48), s23 = rl_w32(blk + 52);
     const uint32_t s0 = s01 & 0xffffu, s1 = s01 >> 16, s2 = s23 & 0xffffu, s3 = s23 >> 16;
     const float d = rl_f16_to_f32((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
@@ -172,35 +212,46 @@ __device__ __forceinline__ float dot8_IQ1_M(const uint8_t* blk, int c, const flo
     const int ib = c >> 2;
     const int l = c & 3;
     const uint32_t sw = (ib >> 1) == 0 ? s0 : (ib >> 1) == 1 ? s1 : (ib >> 1) == 2 ? s2 : s3;
-    const float dl = d * (float)(2 * ((sw >> (6 * (ib & 1) + 3 * (l >> 1))) & 7) + 1);
+    w.a = d * (float)(2 * ((sw >> (6 * (ib & 1) + 3 * (l >> 1))) & 7) + 1);
     const uint32_t nib = (uint32_t)blk[32 + (c >> 1)] >> (4 * (c & 1));
     const uint32_t idx = (uint32_t)blk[c] | ((nib & 7) << 8);
-    const float delta = __uint_as_float(RL_IQ1M_DELTA_BITS | ((nib & 8) << 28));
+    w.b = __uint_as_float(RL_IQ1M_DELTA_BITS | ((nib & 8) << 28));
     const uint64_t g = rl_iq1s_grid[idx];
     // Signed grid bytes, flipped to unsigned and back exactly.
-    const uint32_t w0 = (uint32_t)g ^ 0x80808080u, w1 = (uint32_t)(g >> 32) ^ 0x80808080u;
-    return dl * (rl_dot8o(w0, w1, x, 8388736.0f) + delta * xsum);
+    rl_q8o(w, (uint32_t)g ^ 0x80808080u, (uint32_t)(g >> 32) ^ 0x80808080u, 8388736.0f);
 }
-__device__ __forceinline__ float dot8_IQ2_XS(const uint8_t* blk, int c, const float* x, float xsum) {
+__device__ __forceinline__ float apply8_IQ1_M(const W8& w, const float* x, float xsum) {
+    return w.a * (rl_qdot8(w, x) + w.b * xsum);
+}
+// IQ2_XS: a·Σ(±q)·x, the grid signs folded into q (exact).
+__device__ __forceinline__ void prep8_IQ2_XS(const uint8_t* blk, int c, W8& w) {
     const float d = rl_ld_f16(blk);
     const int ib = c >> 2;
     const int l = c & 3;
     const uint32_t sc = (blk[66 + ib] >> (4 * (l >> 1))) & 15;
-    const float db = d * (0.5f + (float)sc) * 0.25f;
+    w.a = d * (0.5f + (float)sc) * 0.25f;
     const uint32_t q = rl_ld_u16(blk + 2 + 2 * c);
     const uint64_t g = rl_iq2xs_grid[q & 511];
     const uint32_t s = rl_ksigns_iq2xs[q >> 9];
-    float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
     const uint32_t w0 = (uint32_t)g, w1 = (uint32_t)(g >> 32);
-    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        float xj = __uint_as_float(__float_as_uint(xv[j]) ^ (((s >> j) & 1u) << 31));
-        acc += rl_u8f(j < 4 ? w0 : w1, j & 3) * xj;
-    }
-    return db * acc;
+    for (int j = 0; j < 8; j++)
+        w.q[j] = __uint_as_float(__float_as_uint(rl_u8f(j < 4 ? w0 : w1, j & 3)) ^
+                                 (((s >> j) & 1u) << 31));
 }
+__device__ __forceinline__ float apply8_IQ2_XS(const W8& w, const float* x, float xsum) {
+    return w.a * rl_qdot8(w, x);
+}
+
+// dot8_T(blk, c, x, xsum) = Σ_j w_j·x_j over the chunk.
+#define DEF_DOT8(T, ID)                                                                     \
+    __device__ __forceinline__ float dot8_##T(const uint8_t* blk, int c, const float* x,    \
+                                              float xsum) {                                 \
+        W8 w;                                                                               \
+        prep8_##T(blk, c, w);                                                               \
+        return apply8_##T(w, x, xsum);                                                      \
+    }
+REDLITE_DQ_TYPES(DEF_DOT8)
 
 // ---------------------------------------------------------------------------
 // Matrix-vector products over up to MV_NT tokens per block row, several
@@ -309,6 +360,59 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
 // one row's bytes overlaps the others'. Same arguments as mv_T (n_tok = 1,
 // n_in <= MV_XS); grid.x = ceil(n_out / (MV_WARPS·MV1_R)).
 #define MV1_R 2
+
+// The block's input in shared memory: xs = x (or silu(x) ⊙ x2), and the
+// sums of its 8-value chunks (from 0, in order).
+__device__ __forceinline__ void mv1_stage_x(float* xs, float* xsum8, const float* xz,
+                                            const float* x2z, int n_in) {
+    for (int i = threadIdx.x; i < n_in; i += MV_WARPS * WARP)
+        xs[i] = x2z ? silu_f(xz[i]) * x2z[i] : xz[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_in / 8; i += MV_WARPS * WARP) {
+        float sx = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) sx += xs[8 * i + j];
+        xsum8[i] = sx;
+    }
+    __syncthreads();
+}
+
+// One warp's MV1_R rows (row r's bytes at src[r]; rows r >= nr repeat row 0)
+// against the staged input: acc[r] = Σ over the lane's chunks of dot8_T.
+#define DEF_MV1_ROWS(T, ID)                                                                 \
+    __device__ __forceinline__ void mv1_rows_##T(const uint8_t* const* src, int n_in,      \
+                                                 const float* xs, const float* xsum8,      \
+                                                 uint8_t (*sm)[MV_SEG + 32], int lane,     \
+                                                 float* acc) {                             \
+        const int cpb = QK_##T / 8;                                                         \
+        const int bps = MV_SEG / BS_##T;                                                    \
+        int nblk = n_in / QK_##T;                                                           \
+        for (int b0 = 0; b0 < nblk; b0 += bps) {                                            \
+            int nb = min(bps, nblk - b0);                                                   \
+            int shift[MV1_R];                                                               \
+            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                             \
+                u64 a = (u64)(src[r] + (u64)b0 * BS_##T), a0 = a & ~(u64)15;                \
+                shift[r] = (int)(a - a0);                                                   \
+                int n16 = (shift[r] + nb * BS_##T + 15) >> 4;                               \
+                const uint4* g = (const uint4*)a0;                                          \
+                uint4* d = (uint4*)sm[r];                                                   \
+                for (int j = lane; j < n16; j += WARP) d[j] = __ldg(g + j);                 \
+            }                                                                               \
+            __syncwarp();                                                                   \
+            int nch = nb * cpb;                                                             \
+            for (int i = lane; i < nch; i += WARP) {                                        \
+                int b = i / cpb, c = i - b * cpb;                                           \
+                int ci = b0 * cpb + i;                                                      \
+                const float* xp = xs + (ci << 3);                                           \
+                float sx = xsum8[ci];                                                       \
+                _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                           \
+                    acc[r] += dot8_##T(sm[r] + shift[r] + b * BS_##T, c, xp, sx);           \
+            }                                                                               \
+            __syncwarp();                                                                   \
+        }                                                                                   \
+    }
+REDLITE_DQ_TYPES(DEF_MV1_ROWS)
+
 #define DEF_MATVEC1(T, ID)                                                                  \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
         mv1_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
@@ -323,22 +427,89 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
         int z = blockIdx.z;                                                                 \
         const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
-        for (int i = threadIdx.x; i < n_in; i += MV_WARPS * WARP)                           \
-            xs[i] = x2z ? silu_f(xz[i]) * x2z[i] : xz[i];                                   \
-        __syncthreads();                                                                    \
-        for (int i = threadIdx.x; i < n_in / 8; i += MV_WARPS * WARP) {                     \
-            float sx = 0.f;                                                                 \
-            _Pragma("unroll") for (int j = 0; j < 8; j++) sx += xs[8 * i + j];              \
-            xsum8[i] = sx;                                                                  \
-        }                                                                                   \
-        __syncthreads();                                                                    \
+        mv1_stage_x(xs, xsum8, xz, x2z, n_in);                                              \
         if (row0 >= n_out) return;                                                          \
         int nr = min(MV1_R, n_out - row0);                                                  \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* W0 = W + e * w_zstride + (u64)row0 * row_bytes;                      \
-        float* yz = y + (u64)z * y_zstride;                                                 \
+        const uint8_t* src[MV1_R];                                                          \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
+            src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;                                \
         float acc[MV1_R];                                                                   \
         _Pragma("unroll") for (int r = 0; r < MV1_R; r++) acc[r] = 0.f;                     \
+        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, acc);                          \
+        float* yz = y + (u64)z * y_zstride;                                                 \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                                 \
+            float s = warp_sum(acc[r]);                                                     \
+            if (lane == 0 && r < nr) yz[row0 + r] = s;                                      \
+        }                                                                                   \
+    }
+REDLITE_DQ_TYPES(DEF_MATVEC1)
+
+// Gate and up products with the SwiGLU between them, one token per slot:
+// y_z[o] = silu(G_z[o]·x_z) · (U_z[o]·x_z), each warp one output o (its gate
+// row and up row staged as mv1_T's two rows, so both sums, and the product,
+// equal what mv1_T and the staged silu(g) ⊙ u of a following mv1_T give).
+// G_z = W + e·w_zstride (e = ids[z], or z), U_z = G_z + up_off; x_z = x +
+// (z / x_div)·x_zstride; y_z = y + z·y_zstride. grid.x = ceil(n_out /
+// MV_WARPS), n_in <= MV_XS. (MV1_R is 2: the gate row and the up row.)
+#define DEF_MATVEC_GU(T, ID)                                                                \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+        mvgu_##T(const uint8_t* __restrict__ W, u64 up_off, u64 row_bytes, int n_in,        \
+                 int n_out, const float* __restrict__ x, float* __restrict__ y,             \
+                 const int* __restrict__ ids, u64 w_zstride, int x_div, u64 x_zstride,      \
+                 u64 y_zstride) {                                                           \
+        __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
+        __shared__ __align__(16) float xs[MV_XS];                                           \
+        __shared__ float xsum8[MV_XS / 8];                                                  \
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
+        int row = blockIdx.x * MV_WARPS + warp;                                             \
+        int z = blockIdx.z;                                                                 \
+        mv1_stage_x(xs, xsum8, x + (u64)(z / x_div) * x_zstride, 0, n_in);                  \
+        if (row >= n_out) return;                                                           \
+        u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
+        const uint8_t* src[MV1_R];                                                          \
+        src[0] = W + e * w_zstride + (u64)row * row_bytes;                                  \
+        src[1] = src[0] + up_off;                                                           \
+        float acc[MV1_R] = {0.f, 0.f};                                                      \
+        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, acc);                          \
+        float g = warp_sum(acc[0]), u = warp_sum(acc[1]);                                   \
+        if (lane == 0) y[(u64)z * y_zstride + row] = silu_f(g) * u;                         \
+    }
+REDLITE_DQ_TYPES(DEF_MATVEC_GU)
+
+// Several tokens computed exactly as mv1_T computes each one alone (a
+// speculative verify pass, whose logits must equal plain decoding's bit for
+// bit): the same rows per warp, the same chunk order per lane, dot8_T's two
+// halves (each chunk prepared once, applied to every token), the same chunk
+// sums Σx (from 0, in order) and the same warp sum, only with the tile's
+// MVN_NT tokens sharing each staged row. The inputs are
+// read from global memory (through L1) instead of shared memory, which
+// changes no value. Same arguments as mv_T (n_in <= MV_XS); grid.x as mv1_T,
+// grid.y = ceil(n_tok / MVN_NT).
+#define MVN_NT 16
+#define DEF_MATVECN(T, ID)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+        mvn_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
+                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
+                int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,           \
+                u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {               \
+        __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
+        int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
+        int z = blockIdx.z;                                                                 \
+        if (row0 >= n_out) return;                                                          \
+        int t0 = blockIdx.y * MVN_NT;                                                       \
+        int nt = min(MVN_NT, n_tok - t0);                                                   \
+        const float* xz = x + (u64)(z / x_div) * x_zstride + (u64)t0 * ldx;                 \
+        const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride + (u64)t0 * ldx : 0;      \
+        int nr = min(MV1_R, n_out - row0);                                                  \
+        u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
+        const uint8_t* W0 = W + e * w_zstride + (u64)row0 * row_bytes;                      \
+        float* yz = y + (u64)z * y_zstride + (u64)t0 * ldy;                                 \
+        float acc[MV1_R][MVN_NT];                                                           \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
+            _Pragma("unroll") for (int t = 0; t < MVN_NT; t++) acc[r][t] = 0.f;             \
         const int cpb = QK_##T / 8;                                                         \
         const int bps = MV_SEG / BS_##T;                                                    \
         int nblk = n_in / QK_##T;                                                           \
@@ -358,20 +529,39 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
             int nch = nb * cpb;                                                             \
             for (int i = lane; i < nch; i += WARP) {                                        \
                 int b = i / cpb, c = i - b * cpb;                                           \
-                int ci = b0 * cpb + i;                                                      \
-                const float* xp = xs + (ci << 3);                                           \
-                float sx = xsum8[ci];                                                       \
+                u64 ci = (u64)(b0 * cpb + i) << 3;                                          \
+                W8 wr[MV1_R];                                                               \
                 _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                           \
-                    acc[r] += dot8_##T(smem[warp][r] + shift[r] + b * BS_##T, c, xp, sx);   \
+                    prep8_##T(smem[warp][r] + shift[r] + b * BS_##T, c, wr[r]);             \
+                _Pragma("unroll") for (int t = 0; t < MVN_NT; t++) {                        \
+                    if (t < nt) {                                                           \
+                        __align__(16) float xv[8];                                          \
+                        const float* xp = xz + (u64)t * ldx + ci;                           \
+                        float4 a = *(const float4*)xp, bb = *(const float4*)(xp + 4);       \
+                        xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;                 \
+                        xv[4] = bb.x; xv[5] = bb.y; xv[6] = bb.z; xv[7] = bb.w;             \
+                        if (x2z) {                                                          \
+                            const float* up = x2z + (u64)t * ldx + ci;                      \
+                            _Pragma("unroll") for (int j = 0; j < 8; j++)                   \
+                                xv[j] = silu_f(xv[j]) * up[j];                              \
+                        }                                                                   \
+                        float sx = 0.f;                                                     \
+                        _Pragma("unroll") for (int j = 0; j < 8; j++) sx += xv[j];          \
+                        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                   \
+                            acc[r][t] += apply8_##T(wr[r], xv, sx);                         \
+                    }                                                                       \
+                }                                                                           \
             }                                                                               \
             __syncwarp();                                                                   \
         }                                                                                   \
-        _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                                 \
-            float s = warp_sum(acc[r]);                                                     \
-            if (lane == 0 && r < nr) yz[row0 + r] = s;                                      \
+        _Pragma("unroll") for (int t = 0; t < MVN_NT; t++) {                                \
+            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                             \
+                float s = warp_sum(acc[r][t]);                                              \
+                if (lane == 0 && r < nr && t < nt) yz[(u64)t * ldy + row0 + r] = s;         \
+            }                                                                               \
         }                                                                                   \
     }
-REDLITE_DQ_TYPES(DEF_MATVEC1)
+REDLITE_DQ_TYPES(DEF_MATVECN)
 
 // The routed experts of a prefill chunk, grouped by expert: block z works
 // for expert z on its slots perm[offsets[z] .. offsets[z] + counts[z]] (a
@@ -578,10 +768,13 @@ extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict
 // Causal depthwise conv + SiLU over T tokens, one thread per channel:
 // out[t][c] = silu(Σ_i w[c][i]·X(t+i, c)) where X is the K−1 saved inputs
 // then the new ones; the state (at tab[slot]) keeps the last K−1 inputs.
+// With `trail`, the state after token t is also written at trail + t·tstride
+// (a verify pass, rolled back to any of its tokens).
 #define CONV_KMAX 8
 extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, int K,
                                      const float* __restrict__ w, const u64* __restrict__ tab,
-                                     int slot, float* __restrict__ out) {
+                                     int slot, float* __restrict__ out, float* __restrict__ trail,
+                                     u64 tstride) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float* state = (float*)tab[slot];
@@ -605,6 +798,11 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
         for (int i = 0; i < CONV_KMAX - 1; i++)
             if (i + 1 < ks) win[i] = win[i + 1];
         win[ks - 1] = xt;
+        if (trail) {
+#pragma unroll
+            for (int i = 0; i < CONV_KMAX; i++)
+                if (i < ks) trail[(u64)t * tstride + (u64)c * ks + i] = win[i];
+        }
     }
 #pragma unroll
     for (int i = 0; i < CONV_KMAX; i++)
@@ -619,13 +817,15 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
 // (grouped per key head: r b's then r a's), then
 // M ← M·exp(g); d = β(v_j − M_j·k); M_j += d·k; o_j = M_j·q.
 // u: the conv output [T][ld] (q | k | v at 0, key_dim, 2·key_dim);
-// o: [T][h_v·d_v]; the states at tab[slot].
+// o: [T][h_v·d_v]; the states at tab[slot]. With `trail`, the states after
+// token t are also written at trail + t·tstride (a verify pass).
 #define DK_MAX 256
 extern "C" __global__ void __launch_bounds__(128)
     delta_rule(const float* __restrict__ u, int ld, int key_dim, const float* __restrict__ ba,
                const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
-               int hv, int dk, int dv, float eps, double q_scale) {
+               int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
+               u64 tstride) {
     float* S = (float*)tab[slot];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.x;
@@ -684,6 +884,14 @@ extern "C" __global__ void __launch_bounds__(128)
         }
         od = warp_sum(od);
         if (lane == 0) o[(u64)t * hv * dv + (u64)h * dv + j] = od;
+        if (trail) {
+            float* tj = trail + (u64)t * tstride + ((u64)h * dv + j) * dk;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                int c = lane + i * WARP;
+                if (c < dk) tj[c] = m[i];
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < NV; i++) {
@@ -733,7 +941,7 @@ extern "C" __global__ void kv_append(const float* __restrict__ k, const float* _
 
 // Split-K causal attention. Block (head h, query t, split s) attends query t
 // (position pos0 + t, pos0 = ctl[0]) to keys [s·L, min((s+1)·L, pos0+t+1)),
-// L = ceil((pos0 + T)/ns), with an online softmax, writing (max, sum, o[hd])
+// L = ceil((pos0 + t + 1)/ns), with an online softmax, writing (max, sum, o[hd])
 // to part[t][h][s]. The cache is at tab[slot] (keys) and tab[slot+1].
 #define ATT_WARPS 4
 #define HD_MAX 256
@@ -745,10 +953,12 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
     const float* Kc = (const float*)tab[slot];
     const float* Vc = (const float*)tab[slot + 1];
     int pos0 = ctl[0];
-    int split_len = (pos0 + (int)gridDim.y + ns - 1) / ns;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int kvh = h / (nh / nkv);
     int n_keys = pos0 + t + 1;
+    // Per query, so each query of a pass splits its keys as a decode step
+    // at its position would (a verify pass equals decoding bit for bit).
+    int split_len = (n_keys + ns - 1) / ns;
     int k0 = s * split_len, k1 = min(k0 + split_len, n_keys);
     float* pp = part + (((u64)t * nh + h) * ns + s) * (hd + 2);
     const int NV = HD_MAX / WARP;
@@ -945,23 +1155,37 @@ extern "C" __global__ void moe_group(const int* __restrict__ ids, int n, int ne,
     for (int i = threadIdx.x; i < n; i += blockDim.x) perm[atomicAdd(&pos[ids[i]], 1)] = i;
 }
 
-// x[t] += Σ_r wts[t][r]·down[t·k + r] + sigmoid(h[t]·sh_inp)·sh[t]. Grid
-// (d / 256 column blocks, tokens); each block computes the shared-expert
-// gate itself.
-extern "C" __global__ void moe_combine(float* __restrict__ x, const float* __restrict__ down,
-                                       const float* __restrict__ wts, int k,
-                                       const float* __restrict__ sh, const float* __restrict__ h,
-                                       const float* __restrict__ sh_inp, int d) {
-    int t = blockIdx.y;
+// The MoE output, one token per block: x[t] += Σ_r wts[t][r]·down[t·k + r] +
+// sigmoid(h[t]·sh_inp)·sh[t]; then (w non-null) the next layer's input norm
+// out[t] = rmsnorm(x[t])·w. out may be h (each block reads its row of h
+// before the first barrier and writes it after the last).
+extern "C" __global__ void moe_combine_norm(float* __restrict__ x, const float* __restrict__ down,
+                                            const float* __restrict__ wts, int k,
+                                            const float* __restrict__ sh, const float* h,
+                                            const float* __restrict__ sh_inp, int d,
+                                            const float* __restrict__ w, float* out,
+                                            float eps) {
+    int t = blockIdx.x;
     float gl = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) gl += h[(u64)t * d + i] * sh_inp[i];
     gl = block_sum_f(gl);
     float gate = sigmoid_f(gl);
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= d) return;
-    float y = 0.f;
-    for (int r = 0; r < k; r++) y += wts[t * k + r] * down[((u64)t * k + r) * d + i];
-    x[(u64)t * d + i] += y + gate * sh[(u64)t * d + i];
+    float* xt = x + (u64)t * d;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float y = 0.f;
+        for (int r = 0; r < k; r++) y += wts[t * k + r] * down[((u64)t * k + r) * d + i];
+        float v = xt[i] + (y + gate * sh[(u64)t * d + i]);
+        xt[i] = v;
+        ss += (double)v * (double)v;
+    }
+    if (!w) return;
+    ss = block_sum_d(ss);
+    float s = (float)(1.0 / sqrt(ss / d + (double)eps));
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xt[i] * s;
+        out[(u64)t * d + i] = v * w[i];
+    }
 }
 
 // x += y, then out = rmsnorm(x)·w, one block per row of dim values.

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
@@ -545,15 +545,8 @@ pub fn nvrtc_options(arch: &str) -> Vec<String> {
 /// PTX when the NVRTC cannot emit a cubin for it), reusing a cached image.
 pub fn compile_cached(source: &str, cc: (i32, i32)) -> Result<Vec<u8>, CudaError> {
     let arch = format!("sm_{}{}", cc.0, cc.1);
-    let (maj, min) = nvrtc_version()?;
     let opts = nvrtc_options(&arch);
-    let key = fnv1a(&[
-        source.as_bytes(),
-        arch.as_bytes(),
-        opts.join(" ").as_bytes(),
-        format!("{maj}.{min}").as_bytes(),
-    ]);
-    let path = cache_dir().map(|d| d.join(format!("{key:016x}-{arch}.cubin")));
+    let path = cache_path(source, &arch)?;
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             tracing::debug!("kernels from the cache {}", p.display());
@@ -567,16 +560,35 @@ pub fn compile_cached(source: &str, cc: (i32, i32)) -> Result<Vec<u8>, CudaError
         t0.elapsed().as_secs_f64() * 1e3
     );
     if let Some(p) = &path {
-        // A cache that cannot be written only costs a recompile next time.
-        if let Some(dir) = p.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, &image).is_ok() {
-            let _ = std::fs::rename(&tmp, p);
-        }
+        store_cached(p, &image);
     }
     Ok(image)
+}
+
+/// Where the cache keeps the image of `source` for `arch` (`sm_XY`) compiled
+/// by this NVRTC (its version is part of the key).
+pub fn cache_path(source: &str, arch: &str) -> Result<Option<PathBuf>, CudaError> {
+    let (maj, min) = nvrtc_version()?;
+    let opts = nvrtc_options(arch);
+    let key = fnv1a(&[
+        source.as_bytes(),
+        arch.as_bytes(),
+        opts.join(" ").as_bytes(),
+        format!("{maj}.{min}").as_bytes(),
+    ]);
+    Ok(cache_dir().map(|d| d.join(format!("{key:016x}-{arch}.cubin"))))
+}
+
+/// Write `image` at `path` (atomically). A cache that cannot be written only
+/// costs a recompile next time.
+pub fn store_cached(path: &Path, image: &[u8]) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, image).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
 }
 
 pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use redlite_gguf::{GgmlType, GgufFile};
 use redlite_model::weights::{Experts, Mat, Mixer};
-use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError};
+use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError, Verified};
 
 use crate::gpu::{Arg, DevBuf, Func, Gpu, Graph};
 use crate::{dequant_src, CudaError};
@@ -20,22 +20,38 @@ const T_MAX: usize = 512;
 /// captured graph serves every position), up to this many for prefill.
 const NS_DECODE: usize = 256;
 const NS_PREFILL: usize = 8;
+/// Most tokens of one verify pass (its attention takes decode's
+/// `NS_DECODE` splits per query, in the `part` buffer sized for `T_MAX`
+/// queries of `NS_PREFILL`); longer verifies go in chunks.
+const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
 /// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
 const MV1_R: usize = 2;
 const MV_XS: usize = 4096;
+/// Tokens per block of `mvn_<T>` (the verify pass's products).
+const MVN_NT: usize = 16;
 
 fn merr(e: CudaError) -> ModelError {
     ModelError::Backend(e.to_string())
 }
 
+/// The matrix-vector kernels of one weight type.
+#[derive(Clone, Copy)]
+struct MvKernels {
+    mv: Func,
+    /// One token (rows per warp staged together).
+    mv1: Func,
+    /// Several tokens, each computed exactly as `mv1` computes it alone.
+    mvn: Func,
+    /// Gate and up rows of one token with the SwiGLU between them.
+    mvgu: Func,
+}
+
 /// A matrix on the device.
 struct DMat {
     ty: GgmlType,
-    mv: Func,
-    /// The one-token kernel (rows per warp staged together).
-    mv1: Func,
+    kern: MvKernels,
     /// The tiled prefill kernel.
     mm: Func,
     n_in: usize,
@@ -46,8 +62,7 @@ struct DMat {
 
 /// A stack of expert matrices on the device: expert `e` at `base + e·stride`.
 struct DExperts {
-    mv: Func,
-    mv1: Func,
+    kern: MvKernels,
     mvg: Func,
     mmg: Func,
     n_in: usize,
@@ -55,6 +70,50 @@ struct DExperts {
     row_bytes: usize,
     base: u64,
     stride: u64,
+}
+
+/// A gate matrix (or stack) as `mvgu` takes it: its up twin lies at a
+/// pointer difference with the same type, shape and expert stride.
+#[derive(Clone, Copy)]
+struct GuMat {
+    kern: MvKernels,
+    n_in: usize,
+    n_out: usize,
+    row_bytes: usize,
+    base: u64,
+    stride: u64,
+}
+
+impl GuMat {
+    /// Gate and up of the routed experts, when alike.
+    fn experts(g: &DExperts, u: &DExperts) -> Option<GuMat> {
+        (g.kern.mvgu.name == u.kern.mvgu.name
+            && g.n_in == u.n_in
+            && g.n_out == u.n_out
+            && g.row_bytes == u.row_bytes
+            && g.stride == u.stride)
+            .then_some(GuMat {
+                kern: g.kern,
+                n_in: g.n_in,
+                n_out: g.n_out,
+                row_bytes: g.row_bytes,
+                base: g.base,
+                stride: g.stride,
+            })
+    }
+    /// The shared expert's gate and up, when alike (every slot the same
+    /// matrix: stride 0).
+    fn dense(g: &DMat, u: &DMat) -> Option<GuMat> {
+        (g.ty == u.ty && g.n_in == u.n_in && g.n_out == u.n_out && g.row_bytes == u.row_bytes)
+            .then_some(GuMat {
+                kern: g.kern,
+                n_in: g.n_in,
+                n_out: g.n_out,
+                row_bytes: g.row_bytes,
+                base: g.ptr,
+                stride: 0,
+            })
+    }
 }
 
 enum DMixer {
@@ -148,7 +207,7 @@ struct Kern {
     attn_combine: Func,
     moe_topk: Func,
     moe_group: Func,
-    moe_combine: Func,
+    moe_combine_norm: Func,
     fill_normal: Func,
     getrows_embd: Func,
 }
@@ -223,6 +282,12 @@ pub struct CudaModel {
     /// Prefill products through the tiled kernels (`REDLITE_CUDA_TILED=0`:
     /// the matrix-vector kernels, for comparison).
     tiled: bool,
+    /// Decode's gate and up products fused with their SwiGLU (`mvgu`;
+    /// `REDLITE_CUDA_FUSE_GU=0`: separate products, for comparison).
+    fuse_gu: bool,
+    /// One-token products through `mvn` (inputs read where they lie, not
+    /// staged in shared memory; `REDLITE_CUDA_MV1=direct`, an experiment).
+    mv1_direct: bool,
     _bufs: Vec<DevBuf>,
 }
 
@@ -241,7 +306,7 @@ pub fn kernel_names() -> Vec<String> {
         "attn_combine",
         "moe_topk",
         "moe_group",
-        "moe_combine",
+        "moe_combine_norm",
         "fill_normal",
     ]
     .iter()
@@ -252,6 +317,8 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("getrows_{s}"));
         k.push(format!("mvg_{s}"));
         k.push(format!("mv1_{s}"));
+        k.push(format!("mvn_{s}"));
+        k.push(format!("mvgu_{s}"));
         k.push(format!("mm_{s}"));
         k.push(format!("mmg_{s}"));
     }
@@ -311,7 +378,13 @@ impl Uploader<'_> {
 
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
         let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
-        let (mv, mv1, mm) = (k("mv")?, k("mv1")?, k("mm")?);
+        let kern = MvKernels {
+            mv: k("mv")?,
+            mv1: k("mv1")?,
+            mvn: k("mvn")?,
+            mvgu: k("mvgu")?,
+        };
+        let mm = k("mm")?;
         let parts = redlite_model::weights::qmats(self.f, m)?;
         let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
         let b = if let [one] = parts.as_slice() {
@@ -328,8 +401,7 @@ impl Uploader<'_> {
         self.bufs.push(b);
         Ok(DMat {
             ty: m.ty,
-            mv,
-            mv1,
+            kern,
             mm,
             n_in: m.n_in,
             n_out: m.n_out,
@@ -340,7 +412,13 @@ impl Uploader<'_> {
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
         let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
-        let (mv, mv1, mvg, mmg) = (k("mv")?, k("mv1")?, k("mvg")?, k("mmg")?);
+        let kern = MvKernels {
+            mv: k("mv")?,
+            mv1: k("mv1")?,
+            mvn: k("mvn")?,
+            mvgu: k("mvgu")?,
+        };
+        let (mvg, mmg) = (k("mvg")?, k("mmg")?);
         let base = match self.tensors.get(&x.tensor) {
             Some(&p) => p,
             None => {
@@ -355,8 +433,7 @@ impl Uploader<'_> {
         };
         let row_bytes = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
         Ok(DExperts {
-            mv,
-            mv1,
+            kern,
             mvg,
             mmg,
             n_in: x.n_in,
@@ -469,7 +546,7 @@ impl CudaModel {
             attn_combine: fk("attn_combine")?,
             moe_topk: fk("moe_topk")?,
             moe_group: fk("moe_group")?,
-            moe_combine: fk("moe_combine")?,
+            moe_combine_norm: fk("moe_combine_norm")?,
             fill_normal: fk("fill_normal")?,
             getrows_embd: fk(&format!(
                 "getrows_{}",
@@ -478,6 +555,8 @@ impl CudaModel {
         };
         let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
         let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
+        let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
+        let mv1_direct = std::env::var_os("REDLITE_CUDA_MV1").is_some_and(|v| v == "direct");
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -493,6 +572,8 @@ impl CudaModel {
             k,
             use_graph,
             tiled,
+            fuse_gu,
+            mv1_direct,
             _bufs: bufs,
         })
     }
@@ -502,8 +583,10 @@ impl CudaModel {
         self.weight_bytes
     }
 
-    fn mv(&self, m: &DMat, x: u64, y: u64, t: usize) -> Result<(), CudaError> {
-        if t > 1 && self.tiled && m.n_in.is_multiple_of(32) {
+    /// `y = M·x` over `t` tokens; `exact`: each token computed exactly as a
+    /// one-token pass computes it (a verify pass), else the fastest way.
+    fn mv(&self, m: &DMat, x: u64, y: u64, t: usize, exact: bool) -> Result<(), CudaError> {
+        if t > 1 && !exact && self.tiled && m.n_in.is_multiple_of(32) {
             return self.gpu.launch_f(
                 m.mm,
                 (m.n_out.div_ceil(64) as u32, t.div_ceil(32) as u32, 1),
@@ -523,20 +606,21 @@ impl CudaModel {
             );
         }
         self.launch_mv(
-            m.mv,
-            m.mv1,
+            m.kern,
             MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, t),
+            exact,
         )
     }
 
-    /// Launch `mv_<T>` (or `mv1_<T>` for one token) with `a`.
-    fn launch_mv(&self, mv: Func, mv1: Func, a: MvLaunch) -> Result<(), CudaError> {
-        let (f, rows) = self.pick(mv, mv1, a.n_in, a.n_tok);
+    /// Launch the matrix-vector kernel of `k` that suits `a` (see
+    /// [`CudaModel::pick`]).
+    fn launch_mv(&self, k: MvKernels, a: MvLaunch, exact: bool) -> Result<(), CudaError> {
+        let (f, rows, tile) = self.pick(k, a.n_in, a.n_tok, exact);
         self.gpu.launch_f(
             f,
             (
                 a.n_out.div_ceil(rows) as u32,
-                a.n_tok.div_ceil(8) as u32,
+                a.n_tok.div_ceil(tile) as u32,
                 a.slots as u32,
             ),
             128,
@@ -561,33 +645,41 @@ impl CudaModel {
         )
     }
 
-    /// The kernel for `t` tokens of `n_in` inputs and the output rows one
-    /// block covers: the one-token kernel (`MV1_R` rows per warp) when it
-    /// applies.
-    fn pick(&self, mv: Func, mv1: Func, n_in: usize, t: usize) -> (Func, usize) {
-        if t == 1 && n_in <= MV_XS {
-            (mv1, 4 * MV1_R)
+    /// The kernel for `t` tokens of `n_in` inputs, the output rows one
+    /// block covers and the tokens it takes: the one-token kernel (`MV1_R`
+    /// rows per warp) when it applies, its several-token twin for an exact
+    /// pass (each token's sums as `mv1` makes them), else `mv`. (Beyond
+    /// `MV_XS` inputs every token count takes `mv`, whose sums do not
+    /// depend on the token count either.)
+    fn pick(&self, k: MvKernels, n_in: usize, t: usize, exact: bool) -> (Func, usize, usize) {
+        if n_in > MV_XS {
+            (k.mv, 4, 8)
+        } else if t == 1 && !self.mv1_direct {
+            (k.mv1, 4 * MV1_R, 1)
+        } else if exact || t == 1 {
+            (k.mvn, 4 * MV1_R, MVN_NT)
         } else {
-            (mv, 4)
+            (k.mv, 4, 8)
         }
     }
 
-    /// One token: `y = M·(silu(g) ⊙ u)`, the SwiGLU product formed as the
-    /// kernel stages its input.
-    fn mv_swiglu(&self, m: &DMat, g: u64, u: u64, y: u64) -> Result<(), CudaError> {
+    /// `y = M·(silu(g) ⊙ u)` over `t` tokens (one, or an exact pass), the
+    /// SwiGLU product formed as the kernel reads its input.
+    fn mv_swiglu(&self, m: &DMat, g: u64, u: u64, y: u64, t: usize) -> Result<(), CudaError> {
         self.launch_mv(
-            m.mv,
-            m.mv1,
+            m.kern,
             MvLaunch {
                 x2: u,
-                ..MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, g, y, 1)
+                ..MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, g, y, t)
             },
+            true,
         )
     }
 
     /// `ya = A·x` and `yb = B·x` in one launch when A and B have the same
     /// type and shape (slot 1 reaches B and `yb` by pointer differences),
     /// else two.
+    #[allow(clippy::too_many_arguments)]
     fn mv_pair(
         &self,
         a: &DMat,
@@ -596,26 +688,27 @@ impl CudaModel {
         ya: u64,
         yb: u64,
         t: usize,
+        exact: bool,
     ) -> Result<(), CudaError> {
-        if t > 1
+        if (t > 1 && !exact)
             || a.ty != b.ty
             || a.n_in != b.n_in
             || a.n_out != b.n_out
             || a.row_bytes != b.row_bytes
         {
-            self.mv(a, x, ya, t)?;
-            return self.mv(b, x, yb, t);
+            self.mv(a, x, ya, t, exact)?;
+            return self.mv(b, x, yb, t, exact);
         }
         // Slot 1 reaches B and `yb` by pointer differences (wrapping).
         self.launch_mv(
-            a.mv,
-            a.mv1,
+            a.kern,
             MvLaunch {
                 slots: 2,
                 w_zstride: b.ptr.wrapping_sub(a.ptr),
                 y_zstride: ((yb as i64).wrapping_sub(ya as i64) / 4) as u64,
                 ..MvLaunch::new(a.ptr, a.row_bytes, a.n_in, a.n_out, x, ya, t)
             },
+            exact,
         )
     }
 
@@ -633,8 +726,7 @@ impl CudaModel {
         y: u64,
     ) -> Result<(), CudaError> {
         self.launch_mv(
-            m.mv,
-            m.mv1,
+            m.kern,
             MvLaunch {
                 slots,
                 ids,
@@ -645,7 +737,49 @@ impl CudaModel {
                 x2,
                 ..MvLaunch::new(m.base, m.row_bytes, m.n_in, m.n_out, x, y, 1)
             },
+            true,
         )
+    }
+
+    /// `y_z = silu(G_z·x_z) ⊙ (U_z·x_z)` for `slots` one-token slots with
+    /// `mvgu` (see `forward.cu`), when gate and up are alike (type, shape,
+    /// stride) and the input fits the one-token kernels; `Ok(false)` when
+    /// they do not (the caller runs the separate products).
+    #[allow(clippy::too_many_arguments)]
+    fn mv_gate_up(
+        &self,
+        g: GuMat,
+        up_base: u64,
+        ids: u64,
+        slots: usize,
+        x: u64,
+        x_div: usize,
+        y: u64,
+    ) -> Result<bool, CudaError> {
+        if !self.fuse_gu || g.n_in > MV_XS {
+            return Ok(false);
+        }
+        self.gpu.launch_f(
+            g.kern.mvgu,
+            (g.n_out.div_ceil(4) as u32, 1, slots as u32),
+            128,
+            0,
+            &[
+                Arg::U(g.base),
+                Arg::U(up_base.wrapping_sub(g.base)),
+                Arg::U(g.row_bytes as u64),
+                Arg::I(g.n_in as i32),
+                Arg::I(g.n_out as i32),
+                Arg::U(x),
+                Arg::U(y),
+                Arg::U(ids),
+                Arg::U(g.stride),
+                Arg::I(x_div as i32),
+                Arg::U(g.n_in as u64),
+                Arg::U(g.n_out as u64),
+            ],
+        )?;
+        Ok(true)
     }
 
     /// Expert products grouped by expert (after `moe_group`): every slot q
@@ -773,9 +907,22 @@ impl CudaModel {
     /// last `rows` of them (logits in `s.logits`). Launches only: no copy, no
     /// synchronisation, so a decode step can be captured as a graph (the
     /// kernels read the position and the state pointers from the device; `ns`
-    /// attention splits).
-    fn encode(&self, s: &Scratch, t: usize, ns: usize, rows: usize) -> Result<(), CudaError> {
+    /// attention splits). With `trail` the pass is a verify pass: every
+    /// token is computed exactly as a decode step would compute it (the
+    /// one-token kernels and their several-token twins, decode's attention
+    /// splits, experts per token), and the recurrent states after each token
+    /// are written to the trail.
+    fn encode(
+        &self,
+        s: &Scratch,
+        t: usize,
+        ns: usize,
+        rows: usize,
+        trail: Option<(&TrailBufs, usize)>,
+    ) -> Result<(), CudaError> {
         let c = &self.c;
+        let exact = trail.is_some();
+        let mut idn = 0usize;
         let g = &self.gpu;
         let k = &self.k;
         let d = c.n_embd;
@@ -796,7 +943,10 @@ impl CudaModel {
         let f4 = 4u64;
         for (il, l) in self.layers.iter().enumerate() {
             let slot = (2 * il) as i32;
-            self.norm(s.x.ptr, s.h.ptr, l.attn_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
+            if il == 0 {
+                // Later layers' input norms come with the previous layer's MoE combine.
+                self.norm(s.x.ptr, s.h.ptr, l.attn_norm, d, t, 1, (d, 0, d, 0), 0, 0.0)?;
+            }
             match &l.mixer {
                 DMixer::DeltaNet {
                     qkv,
@@ -810,9 +960,15 @@ impl CudaModel {
                 } => {
                     let (hk, hv, dk, dv) = (c.ssm_h_k, c.ssm_h_v, c.ssm_d_k, c.ssm_d_v);
                     let (cd, kd) = (c.conv_dim(), c.key_dim());
-                    self.mv(qkv, s.h.ptr, s.qkv.ptr, t)?;
-                    self.mv(gate, s.h.ptr, s.z.ptr, t)?;
-                    self.mv(ba, s.h.ptr, s.ba.ptr, t)?;
+                    // Where this layer's states after each token go (verify).
+                    let (tconv, tssm) = match trail {
+                        Some((tr, j0)) => (tr.conv_at(idn, j0), tr.ssm_at(idn, j0)),
+                        None => (0, 0),
+                    };
+                    idn += 1;
+                    self.mv(qkv, s.h.ptr, s.qkv.ptr, t, exact)?;
+                    self.mv(gate, s.h.ptr, s.z.ptr, t, exact)?;
+                    self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
                     g.launch_f(
                         k.conv_silu,
                         (cd.div_ceil(128) as u32, 1, 1),
@@ -827,6 +983,8 @@ impl CudaModel {
                             Arg::U(s.tab.ptr),
                             Arg::I(slot),
                             Arg::U(s.u.ptr),
+                            Arg::U(tconv),
+                            Arg::U((c.conv_dim() * (c.conv_kernel - 1)) as u64),
                         ],
                     )?;
                     g.launch_f(
@@ -851,6 +1009,8 @@ impl CudaModel {
                             Arg::I(dv as i32),
                             Arg::F(c.rms_eps),
                             Arg::D(1.0 / (dk as f64).sqrt()),
+                            Arg::U(tssm),
+                            Arg::U((hv * dv * dk) as u64),
                         ],
                     )?;
                     g.launch_f(
@@ -866,7 +1026,7 @@ impl CudaModel {
                             Arg::F(c.rms_eps),
                         ],
                     )?;
-                    self.mv(out, s.o.ptr, s.mix.ptr, t)?;
+                    self.mv(out, s.o.ptr, s.mix.ptr, t, exact)?;
                 }
                 DMixer::Attention {
                     q,
@@ -877,8 +1037,8 @@ impl CudaModel {
                     k_norm,
                 } => {
                     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-                    self.mv(q, s.h.ptr, s.qg.ptr, t)?;
-                    self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t)?;
+                    self.mv(q, s.h.ptr, s.qg.ptr, t, exact)?;
+                    self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t, exact)?;
                     self.norm(
                         s.qg.ptr,
                         s.q.ptr,
@@ -972,7 +1132,7 @@ impl CudaModel {
                             Arg::I(ns as i32),
                         ],
                     )?;
-                    self.mv(out, s.att.ptr, s.mix.ptr, t)?;
+                    self.mv(out, s.att.ptr, s.mix.ptr, t, exact)?;
                 }
             }
             g.launch_f(
@@ -991,7 +1151,7 @@ impl CudaModel {
             )?;
             // MoE: router, top-k, routed experts, shared expert, combine.
             let (ne, kk) = (c.n_expert, c.n_expert_used);
-            self.mv(&l.router, s.h.ptr, s.rl.ptr, t)?;
+            self.mv(&l.router, s.h.ptr, s.rl.ptr, t, exact)?;
             g.launch_f(
                 k.moe_topk,
                 (t as u32, 1, 1),
@@ -1006,12 +1166,23 @@ impl CudaModel {
                 ],
             )?;
             let slots = t * kk;
-            if t == 1 {
-                // Decode: one launch per matrix over the k chosen experts.
-                // The down product reads silu(gate) ⊙ up directly.
-                self.mv_experts(&l.gate, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eg.ptr)?;
-                self.mv_experts(&l.up, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eu.ptr)?;
-                self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, s.eu.ptr, 1, s.ed.ptr)?;
+            if t == 1 || exact {
+                // Decode (and verify): one launch per matrix over the k
+                // chosen experts of each token. The down product reads
+                // silu(gate) ⊙ up directly.
+                let fused = match GuMat::experts(&l.gate, &l.up) {
+                    Some(gu) => {
+                        self.mv_gate_up(gu, l.up.base, s.ids.ptr, slots, s.h.ptr, kk, s.eg.ptr)?
+                    }
+                    None => false,
+                };
+                if fused {
+                    self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, 0, 1, s.ed.ptr)?;
+                } else {
+                    self.mv_experts(&l.gate, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eg.ptr)?;
+                    self.mv_experts(&l.up, s.ids.ptr, slots, s.h.ptr, 0, kk, s.eu.ptr)?;
+                    self.mv_experts(&l.down, s.ids.ptr, slots, s.eg.ptr, s.eu.ptr, 1, s.ed.ptr)?;
+                }
             } else {
                 // Prefill: slots grouped by expert, each expert read once.
                 g.launch_f(
@@ -1033,17 +1204,32 @@ impl CudaModel {
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
                 self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr)?;
             }
-            self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t)?;
-            if t == 1 {
-                self.mv_swiglu(&l.sh_down, s.sg.ptr, s.su.ptr, s.sd.ptr)?;
+            let fused = if t == 1 || exact {
+                match GuMat::dense(&l.sh_gate, &l.sh_up) {
+                    Some(gu) => self.mv_gate_up(gu, l.sh_up.ptr, 0, t, s.h.ptr, 1, s.sg.ptr)?,
+                    None => false,
+                }
             } else {
+                false
+            };
+            if fused {
+                // sg holds silu(gate) ⊙ up.
+                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, exact)?;
+            } else if t == 1 || exact {
+                self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
+                self.mv_swiglu(&l.sh_down, s.sg.ptr, s.su.ptr, s.sd.ptr, t)?;
+            } else {
+                self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
                 self.elementwise(k.swiglu, s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
-                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t)?;
+                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, false)?;
             }
+            // x += the experts' and the shared expert's outputs, then the
+            // next layer's input norm (h is read for the shared gate first).
+            let next_norm = self.layers.get(il + 1).map_or(0, |n| n.attn_norm);
             g.launch_f(
-                k.moe_combine,
-                (d.div_ceil(256) as u32, t as u32, 1),
-                256,
+                k.moe_combine_norm,
+                (t as u32, 1, 1),
+                d.next_multiple_of(32).min(1024) as u32,
                 0,
                 &[
                     Arg::U(s.x.ptr),
@@ -1054,6 +1240,9 @@ impl CudaModel {
                     Arg::U(s.h.ptr),
                     Arg::U(l.sh_inp),
                     Arg::I(d as i32),
+                    Arg::U(next_norm),
+                    Arg::U(s.h.ptr),
+                    Arg::F(c.rms_eps),
                 ],
             )?;
         }
@@ -1071,7 +1260,7 @@ impl CudaModel {
                 0,
                 0.0,
             )?;
-            self.mv(&self.output, s.h.ptr, s.logits.ptr, rows)?;
+            self.mv(&self.output, s.h.ptr, s.logits.ptr, rows, exact)?;
         }
         Ok(())
     }
@@ -1081,7 +1270,7 @@ impl CudaModel {
     fn decode_step(&self, s: &mut Scratch) -> Result<(), CudaError> {
         if s.graph.is_none() {
             self.gpu.begin_capture()?;
-            let enc = self.encode(s, 1, NS_DECODE, 1);
+            let enc = self.encode(s, 1, NS_DECODE, 1, None);
             let graph = self.gpu.end_capture();
             enc?;
             s.graph = Some(graph?);
@@ -1142,6 +1331,8 @@ impl Scratch {
 /// `n_head_kv·head_dim` f32, grown by doubling), the position.
 pub struct CudaState {
     gpu: Arc<Gpu>,
+    /// Tells this sequence's trails from others' (forks get a new one).
+    id: u64,
     pos: usize,
     cap: usize,
     conv: Vec<DevBuf>,
@@ -1153,6 +1344,43 @@ pub struct CudaState {
     conv_bytes: usize,
     ssm_bytes: usize,
     kv_row: usize,
+    /// The recurrent states after each token of the last verify pass, and
+    /// that pass's number (a trail handle of an older pass is refused).
+    trail: Option<TrailBufs>,
+    trail_gen: u64,
+}
+
+/// Per recurrent layer, room for the conv and DeltaNet states after each of
+/// `cap` tokens: layer `i`'s state after token `j` at `base + (i·cap + j)·bytes`.
+struct TrailBufs {
+    conv: DevBuf,
+    ssm: DevBuf,
+    cap: usize,
+    conv_bytes: usize,
+    ssm_bytes: usize,
+}
+
+impl TrailBufs {
+    fn conv_at(&self, layer: usize, tok: usize) -> u64 {
+        self.conv.ptr + ((layer * self.cap + tok) * self.conv_bytes) as u64
+    }
+    fn ssm_at(&self, layer: usize, tok: usize) -> u64 {
+        self.ssm.ptr + ((layer * self.cap + tok) * self.ssm_bytes) as u64
+    }
+}
+
+/// What a CUDA verify pass hands back: which sequence and pass made it.
+struct CudaTrail {
+    id: u64,
+    gen: u64,
+    n: usize,
+    pos0: usize,
+}
+
+static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_state_id() -> u64 {
+    NEXT_STATE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl std::fmt::Debug for CudaState {
@@ -1166,6 +1394,7 @@ impl CudaState {
         let n_dn = c.recurrent.iter().filter(|&&r| r).count();
         CudaState {
             gpu,
+            id: next_state_id(),
             pos: 0,
             cap: 0,
             conv: Vec::new(),
@@ -1177,7 +1406,27 @@ impl CudaState {
             conv_bytes: c.conv_dim() * (c.conv_kernel - 1) * 4,
             ssm_bytes: c.ssm_h_v * c.ssm_d_v * c.ssm_d_k * 4,
             kv_row: c.n_head_kv * c.head_dim * 4,
+            trail: None,
+            trail_gen: 0,
         }
+    }
+
+    /// Room in the trail for `n` tokens (allocated at the first verify,
+    /// grown by whole `V_MAX` steps).
+    fn reserve_trail(&mut self, g: &Gpu, n: usize) -> Result<(), CudaError> {
+        if self.trail.as_ref().is_some_and(|t| t.cap >= n) {
+            return Ok(());
+        }
+        let cap = n.next_multiple_of(V_MAX);
+        self.trail = None;
+        self.trail = Some(TrailBufs {
+            conv: g.alloc((self.n_dn * cap * self.conv_bytes).max(4))?,
+            ssm: g.alloc((self.n_dn * cap * self.ssm_bytes).max(4))?,
+            cap,
+            conv_bytes: self.conv_bytes,
+            ssm_bytes: self.ssm_bytes,
+        });
+        Ok(())
     }
 
     /// Allocate the recurrent states (zeroed) at first use and grow the KV
@@ -1243,6 +1492,7 @@ impl CudaState {
         g.sync()?;
         Ok(CudaState {
             gpu: g.clone(),
+            id: next_state_id(),
             pos: self.pos,
             cap: self.cap,
             conv,
@@ -1254,6 +1504,8 @@ impl CudaState {
             conv_bytes: self.conv_bytes,
             ssm_bytes: self.ssm_bytes,
             kv_row: self.kv_row,
+            trail: None,
+            trail_gen: 0,
         })
     }
 }
@@ -1332,6 +1584,45 @@ impl DeviceState for CudaState {
         Ok(())
     }
 
+    fn rollback(
+        &mut self,
+        trail: &(dyn Any + Send + Sync),
+        keep: usize,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        let Some(t) = trail.downcast_ref::<CudaTrail>() else {
+            return Err(ModelError::Input(
+                "the trail was not made by a CUDA verify pass".into(),
+            ));
+        };
+        if t.id != self.id || t.gen != self.trail_gen {
+            return Err(ModelError::Input(
+                "the trail is not this sequence's last verify pass".into(),
+            ));
+        }
+        if keep == 0 || keep > t.n || pos != t.pos0 + keep || pos > self.pos {
+            return Err(ModelError::Input(format!(
+                "cannot keep {keep} of {} verified tokens from position {} (state at {})",
+                t.n, t.pos0, self.pos
+            )));
+        }
+        let Some(tb) = &self.trail else {
+            return Err(ModelError::Input("the sequence has no trail".into()));
+        };
+        let g = &self.gpu;
+        let r = (|| -> Result<(), CudaError> {
+            g.bind()?;
+            for i in 0..self.n_dn {
+                g.dtod(self.conv[i].ptr, tb.conv_at(i, keep - 1), self.conv_bytes)?;
+                g.dtod(self.ssm[i].ptr, tb.ssm_at(i, keep - 1), self.ssm_bytes)?;
+            }
+            g.sync()
+        })();
+        r.map_err(merr)?;
+        self.pos = pos;
+        Ok(())
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -1394,7 +1685,7 @@ impl DeviceForward for CudaModel {
                     } else {
                         (st.pos + t).div_ceil(SPLIT_MIN).clamp(1, NS_PREFILL)
                     };
-                    self.encode(&s, t, ns, rows)?;
+                    self.encode(&s, t, ns, rows, None)?;
                 }
                 st.pos += t;
                 if rows > 0 {
@@ -1407,6 +1698,55 @@ impl DeviceForward for CudaModel {
         })();
         r.map_err(merr)?;
         Ok(out)
+    }
+
+    fn verify(&self, state: &mut dyn DeviceState, tokens: &[u32]) -> Result<Verified, ModelError> {
+        let st = state
+            .as_any_mut()
+            .downcast_mut::<CudaState>()
+            .ok_or_else(|| ModelError::Input("the state was not made by this CUDA model".into()))?;
+        if tokens.is_empty() {
+            return Err(ModelError::Input("verify called with no tokens".into()));
+        }
+        let mut s = self
+            .scratch
+            .lock()
+            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        let g = &self.gpu;
+        g.bind().map_err(merr)?;
+        let vocab = self.c.vocab_size;
+        let pos0 = st.pos;
+        let mut out = vec![0f32; tokens.len() * vocab];
+        let r = (|| -> Result<(), CudaError> {
+            st.reserve_trail(g, tokens.len())?;
+            st.trail_gen += 1;
+            let trail = st.trail.take();
+            let res = (|| -> Result<(), CudaError> {
+                let tb = trail.as_ref().ok_or_else(|| {
+                    CudaError::Driver("the verify trail was not allocated".into())
+                })?;
+                for (i, ch) in tokens.chunks(V_MAX).enumerate() {
+                    let t = ch.len();
+                    self.prepare(&mut s, st, ch)?;
+                    self.encode(&s, t, NS_DECODE, t, Some((tb, i * V_MAX)))?;
+                    st.pos += t;
+                    let o = i * V_MAX * vocab;
+                    g.dtoh(&mut out[o..o + t * vocab], s.logits.ptr)?;
+                }
+                Ok(())
+            })();
+            st.trail = trail;
+            res?;
+            g.profile_collect()
+        })();
+        r.map_err(merr)?;
+        let trail = CudaTrail {
+            id: st.id,
+            gen: st.trail_gen,
+            n: tokens.len(),
+            pos0,
+        };
+        Ok((out, Box::new(trail)))
     }
 
     fn profile(&self) -> Vec<(String, f64, u64)> {

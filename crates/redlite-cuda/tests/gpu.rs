@@ -434,7 +434,39 @@ fn states_fork_and_roll_back_on_the_device() {
         plain_rows.extend(model.forward(&mut plain, &[t], false).expect("decode"));
     }
     assert_eq!(rows, plain_rows, "verify rows equal plain decoding");
-    v.rollback(&trail, 3).expect("rollback");
+    let stale = trail;
+    // Longer than one verify pass (16 tokens): chunked, still equal to
+    // decoding, and a rollback into the second chunk continues exactly as
+    // decoding those tokens would.
+    let mut v2 = model.new_state();
+    model.forward(&mut v2, head, false).expect("prefill");
+    let mut plain2 = v2.snapshot();
+    let draft: Vec<u32> = tail[..20].to_vec();
+    let (rows2, trail2) = model.forward_verify(&mut v2, &draft).expect("verify 20");
+    let mut plain_rows2 = Vec::new();
+    for &t in &draft[..17] {
+        plain_rows2.extend(model.forward(&mut plain2, &[t], false).expect("decode"));
+    }
+    let n17 = plain_rows2.len();
+    assert_eq!(
+        rows2[..n17],
+        plain_rows2[..],
+        "chunked verify rows equal decoding"
+    );
+    v2.rollback(&trail2, 17).expect("rollback to 17");
+    assert_eq!(v2.pos(), 60 + 17);
+    let next = &tail[17..20];
+    let x2 = model.forward(&mut v2, next, true).expect("after rollback");
+    let y2 = model.forward(&mut plain2, next, true).expect("plain");
+    let d2 = max_abs(&x2, &y2);
+    println!("gpu verify: 20 tokens equal decoding; after rollback to 17, max |Δ| {d2:.3e}");
+    assert!(d2 <= 1e-4, "rolled back state diverges: {d2}");
+    // A trail of another sequence, or an older pass, is refused.
+    assert!(
+        v2.rollback(&stale, 3).is_err(),
+        "a foreign trail is refused"
+    );
+    v.rollback(&stale, 3).expect("rollback");
     assert_eq!(v.pos(), 63);
     let mut again = model.new_state();
     model

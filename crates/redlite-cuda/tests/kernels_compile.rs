@@ -18,7 +18,16 @@ fn kernels_compile_for_every_target() {
         return;
     }
     let src = redlite_cuda::kernel_source();
-    for arch in ["sm_80", "sm_86", "sm_89", "sm_90"] {
+    // REDLITE_KERNEL_ARCHS=sm_90,...: only these; with REDLITE_CUDA_CACHE set the
+    // images are also stored in that kernel cache (to carry to a GPU machine).
+    let archs: Vec<String> = match std::env::var("REDLITE_KERNEL_ARCHS") {
+        Ok(v) => v.split(',').map(|a| a.trim().to_string()).collect(),
+        Err(_) => ["sm_80", "sm_86", "sm_89", "sm_90"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let store = std::env::var_os("REDLITE_CUDA_CACHE").is_some();
+    for arch in archs.iter().map(String::as_str) {
         let t0 = std::time::Instant::now();
         let img = redlite_cuda::gpu::compile(&src, &redlite_cuda::gpu::nvrtc_options(arch))
             .unwrap_or_else(|e| panic!("{arch}: {e}"));
@@ -27,6 +36,11 @@ fn kernels_compile_for_every_target() {
         let text = String::from_utf8_lossy(&img);
         for k in redlite_cuda::kernel_names() {
             assert!(text.contains(k.as_str()), "{arch}: kernel {k} missing");
+        }
+        if store {
+            if let Ok(Some(p)) = redlite_cuda::gpu::cache_path(&src, arch) {
+                redlite_cuda::gpu::store_cached(&p, &img);
+            }
         }
         eprintln!(
             "{arch}: {} KiB cubin in {:.1} s",

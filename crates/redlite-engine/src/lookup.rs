@@ -71,7 +71,7 @@ pub struct Drafter {
 }
 
 /// Rounds looked at to decide whether drafting pays.
-const WINDOW: usize = 4;
+const WINDOW: usize = 2;
 /// Below this acceptance rate over the window, drafting pauses.
 const MIN_RATE: f64 = 0.2;
 /// Draft length to start with (and after a pause); it doubles while drafts

@@ -36,9 +36,40 @@ pub trait DeviceState: Send + Sync + std::fmt::Debug {
         saved: &(dyn Any + Send + Sync),
         pos: usize,
     ) -> Result<(), ModelError>;
+    /// Roll back to `pos` = the trail's start + `keep` with a trail made by
+    /// [`DeviceForward::verify`] on this sequence: the recurrent states
+    /// after its `keep`-th token, and the KV cache cut at `pos`. The default
+    /// takes the per-token saves of the default `verify` ([`StepTrail`]).
+    fn rollback(
+        &mut self,
+        trail: &(dyn Any + Send + Sync),
+        keep: usize,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        let steps = trail
+            .downcast_ref::<StepTrail>()
+            .ok_or_else(|| ModelError::Input("the trail was not made on this device".into()))?;
+        let saved = keep
+            .checked_sub(1)
+            .and_then(|i| steps.0.get(i))
+            .ok_or_else(|| {
+                ModelError::Input(format!(
+                    "cannot keep {keep} of {} verified tokens",
+                    steps.0.len()
+                ))
+            })?;
+        self.restore_recurrent(saved.as_ref(), pos)
+    }
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
+
+/// The trail of the default [`DeviceForward::verify`]: the recurrent states
+/// saved after each token.
+pub struct StepTrail(pub Vec<Box<dyn Any + Send + Sync>>);
+
+/// A verify pass's logits (`[n, vocab]`) and the trail to roll back with.
+pub type Verified = (Vec<f32>, Box<dyn Any + Send + Sync>);
 
 /// A forward pass that runs entirely on a device.
 pub trait DeviceForward: Send + Sync {
@@ -54,6 +85,20 @@ pub trait DeviceForward: Send + Sync {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>, ModelError>;
+    /// Feed `tokens` computing each exactly as a decode step would (the
+    /// logits equal plain decoding's), returning all `[n, vocab]` logits and
+    /// a trail that [`DeviceState::rollback`] takes back to any of them. The
+    /// default runs one decode step per token and saves the recurrent
+    /// states after each.
+    fn verify(&self, state: &mut dyn DeviceState, tokens: &[u32]) -> Result<Verified, ModelError> {
+        let mut logits = Vec::new();
+        let mut saved = Vec::with_capacity(tokens.len());
+        for &tok in tokens {
+            logits.extend(self.forward(state, &[tok], false)?);
+            saved.push(state.save_recurrent());
+        }
+        Ok((logits, Box::new(StepTrail(saved))))
+    }
     /// A state at position `pos` filled with random data of the magnitudes
     /// real decoding builds (as [`crate::State::fill_random`]), for timing
     /// decode at depth.

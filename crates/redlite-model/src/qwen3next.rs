@@ -279,8 +279,8 @@ pub struct Trail {
     n: usize,
     /// `[layer][token]` → (conv, ssm); empty for attention layers.
     layers: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
-    /// A device's saved recurrent states after each token.
-    dev: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// A device's trail (see [`crate::DeviceForward::verify`]).
+    dev: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Trail {
@@ -313,10 +313,10 @@ impl State {
         }
         let pos = trail.pos0 + keep;
         if let Some(d) = &mut self.dev {
-            let saved = trail.dev.get(keep - 1).ok_or_else(|| {
+            let saved = trail.dev.as_deref().ok_or_else(|| {
                 ModelError::Input("the trail was not made on this state's device".into())
             })?;
-            return d.restore_recurrent(saved.as_ref(), pos);
+            return d.rollback(saved, keep, pos);
         }
         for (l, saved) in self.layers.iter_mut().zip(&trail.layers) {
             match l {
@@ -536,27 +536,23 @@ pub(crate) fn forward_verify(
         return Err(ModelError::Input("verify called with no tokens".into()));
     }
     if let Some(dev) = &model.device {
-        // Token by token, saving the recurrent states after each.
         check_tokens(model, tokens)?;
         let st = device_state(state)?;
-        let mut trail = Trail {
-            pos0: st.pos(),
+        let pos0 = st.pos();
+        let (logits, saved) = dev.verify(st, tokens)?;
+        let trail = Trail {
+            pos0,
             n: tokens.len(),
             layers: Vec::new(),
-            dev: Vec::with_capacity(tokens.len()),
+            dev: Some(saved),
         };
-        let mut logits = Vec::with_capacity(tokens.len() * model.config.vocab_size);
-        for &tok in tokens {
-            logits.extend(dev.forward(st, &[tok], false)?);
-            trail.dev.push(st.save_recurrent());
-        }
         return Ok((logits, trail));
     }
     let mut trail = Trail {
         pos0: state.pos,
         n: tokens.len(),
         layers: vec![Vec::new(); model.config.n_layer],
-        dev: Vec::new(),
+        dev: None,
     };
     let logits = forward_segments(
         model,
