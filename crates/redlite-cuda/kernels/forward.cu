@@ -357,9 +357,39 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
 
 // One token, MV1_R rows per warp: the warp stages all its rows' segments
 // (every load in flight at once) before dequantizing any, so the latency of
-// one row's bytes overlaps the others'. Same arguments as mv_T (n_tok = 1,
+// one row's bytes overlaps the others'. The first segment is requested with
+// cp.async before the block stages its input (MV1_PREFETCH), so the weights'
+// trip from memory overlaps the input's. Same arguments as mv_T (n_tok = 1,
 // n_in <= MV_XS); grid.x = ceil(n_out / (MV_WARPS·MV1_R)).
 #define MV1_R 2
+#ifndef MV1_PREFETCH
+#define MV1_PREFETCH 1
+#endif
+// Blocks per SM the one-token kernels are compiled for (a register bound: 8
+// blocks of 128 threads, 64 registers; 173.6 vs 171.5 tok/s with none).
+#ifndef MV1_MINB
+#define MV1_MINB 8
+#endif
+
+// Copy n16 16-byte words from g to shared d (lane-strided), asynchronously
+// where MV1_PREFETCH (completed by rl_async_wait), else at once.
+__device__ __forceinline__ void rl_copy16(uint4* d, const uint4* g, int n16, int lane) {
+#if MV1_PREFETCH
+    for (int j = lane; j < n16; j += WARP) {
+        unsigned sa = (unsigned)__cvta_generic_to_shared(d + j);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g + j));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+#else
+    for (int j = lane; j < n16; j += WARP) d[j] = __ldg(g + j);
+#endif
+}
+__device__ __forceinline__ void rl_async_wait() {
+#if MV1_PREFETCH
+    asm volatile("cp.async.wait_all;\n" ::);
+#endif
+    __syncwarp();
+}
 
 // The block's input in shared memory: xs = x (or silu(x) ⊙ x2), and the
 // sums of its 8-value chunks (from 0, in order).
@@ -379,26 +409,31 @@ __device__ __forceinline__ void mv1_stage_x(float* xs, float* xsum8, const float
 
 // One warp's MV1_R rows (row r's bytes at src[r]; rows r >= nr repeat row 0)
 // against the staged input: acc[r] = Σ over the lane's chunks of dot8_T.
+// mv1_issue_T requests the segment of blocks from b0 into the warp's staging
+// rows (shift[r]: where row r starts in its staging row); mv1_rows_T expects
+// the first segment requested already.
 #define DEF_MV1_ROWS(T, ID)                                                                 \
+    __device__ __forceinline__ void mv1_issue_##T(const uint8_t* const* src, int b0,       \
+                                                  int nb, uint8_t (*sm)[MV_SEG + 32],      \
+                                                  int lane, int* shift) {                  \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                                 \
+            u64 a = (u64)(src[r] + (u64)b0 * BS_##T), a0 = a & ~(u64)15;                    \
+            shift[r] = (int)(a - a0);                                                       \
+            int n16 = (shift[r] + nb * BS_##T + 15) >> 4;                                   \
+            rl_copy16((uint4*)sm[r], (const uint4*)a0, n16, lane);                          \
+        }                                                                                   \
+    }                                                                                       \
     __device__ __forceinline__ void mv1_rows_##T(const uint8_t* const* src, int n_in,      \
                                                  const float* xs, const float* xsum8,      \
                                                  uint8_t (*sm)[MV_SEG + 32], int lane,     \
-                                                 float* acc) {                             \
+                                                 int* shift, float* acc) {                 \
         const int cpb = QK_##T / 8;                                                         \
         const int bps = MV_SEG / BS_##T;                                                    \
         int nblk = n_in / QK_##T;                                                           \
         for (int b0 = 0; b0 < nblk; b0 += bps) {                                            \
             int nb = min(bps, nblk - b0);                                                   \
-            int shift[MV1_R];                                                               \
-            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                             \
-                u64 a = (u64)(src[r] + (u64)b0 * BS_##T), a0 = a & ~(u64)15;                \
-                shift[r] = (int)(a - a0);                                                   \
-                int n16 = (shift[r] + nb * BS_##T + 15) >> 4;                               \
-                const uint4* g = (const uint4*)a0;                                          \
-                uint4* d = (uint4*)sm[r];                                                   \
-                for (int j = lane; j < n16; j += WARP) d[j] = __ldg(g + j);                 \
-            }                                                                               \
-            __syncwarp();                                                                   \
+            if (b0 > 0) mv1_issue_##T(src, b0, nb, sm, lane, shift);                        \
+            rl_async_wait();                                                                \
             int nch = nb * cpb;                                                             \
             for (int i = lane; i < nch; i += WARP) {                                        \
                 int b = i / cpb, c = i - b * cpb;                                           \
@@ -414,7 +449,7 @@ __device__ __forceinline__ void mv1_stage_x(float* xs, float* xsum8, const float
 REDLITE_DQ_TYPES(DEF_MV1_ROWS)
 
 #define DEF_MATVEC1(T, ID)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
         mv1_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
                 const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
                 int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,           \
@@ -427,17 +462,21 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
         int z = blockIdx.z;                                                                 \
         const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
-        mv1_stage_x(xs, xsum8, xz, x2z, n_in);                                              \
-        if (row0 >= n_out) return;                                                          \
-        int nr = min(MV1_R, n_out - row0);                                                  \
+        bool live = row0 < n_out;                                                           \
+        int nr = live ? min(MV1_R, n_out - row0) : 1;                                       \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
-        const uint8_t* W0 = W + e * w_zstride + (u64)row0 * row_bytes;                      \
+        const uint8_t* W0 = W + e * w_zstride + (u64)(live ? row0 : 0) * row_bytes;         \
         const uint8_t* src[MV1_R];                                                          \
         _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
             src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;                                \
+        int shift[MV1_R];                                                                   \
+        if (live)                                                                           \
+            mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        mv1_stage_x(xs, xsum8, xz, x2z, n_in);                                              \
+        if (!live) return;                                                                  \
         float acc[MV1_R];                                                                   \
         _Pragma("unroll") for (int r = 0; r < MV1_R; r++) acc[r] = 0.f;                     \
-        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, acc);                          \
+        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, shift, acc);                   \
         float* yz = y + (u64)z * y_zstride;                                                 \
         _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                                 \
             float s = warp_sum(acc[r]);                                                     \
@@ -445,6 +484,120 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
         }                                                                                   \
     }
 REDLITE_DQ_TYPES(DEF_MATVEC1)
+
+// Router: softmax of each token's logits (in f64 after an f32 max
+// subtraction), the top k by falling probability (ties: lower id), weights
+// renormalised over the top k. One warp per token; ne <= 32·TOPK_PER = 512.
+#define TOPK_PER 16
+__device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* ids,
+                                         float* wts) {
+    int lane = threadIdx.x & 31;
+    float l[TOPK_PER];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < TOPK_PER; j++) {
+        int e = lane + j * WARP;
+        l[j] = e < ne ? __ldcg(row + e) : -INFINITY;
+        mx = fmaxf(mx, l[j]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < TOPK_PER; j++) {
+        int e = lane + j * WARP;
+        if (e < ne) sum += exp((double)(l[j] - mx));
+    }
+    sum = warp_sum_d(sum);
+    // Top k by repeated arg-max over the logits (the softmax is monotonic;
+    // ties go to the lower id, as the reference's stable order); lane r keeps
+    // the r-th winner.
+    int chosen = -1;
+    float chosen_l = -INFINITY;
+    for (int r = 0; r < k; r++) {
+        float best = -INFINITY;
+        int bid = 0x7fffffff;
+#pragma unroll
+        for (int j = 0; j < TOPK_PER; j++) {
+            int e = lane + j * WARP;
+            if (e < ne && (l[j] > best || (l[j] == best && e < bid))) {
+                best = l[j];
+                bid = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(FULL, best, o);
+            int oi = __shfl_xor_sync(FULL, bid, o);
+            if (ob > best || (ob == best && oi < bid)) {
+                best = ob;
+                bid = oi;
+            }
+        }
+        if (lane == r) {
+            chosen = bid;
+            chosen_l = best;
+        }
+        // Remove the winner from its owner's registers.
+#pragma unroll
+        for (int j = 0; j < TOPK_PER; j++)
+            if (lane + j * WARP == bid) l[j] = -INFINITY;
+    }
+    // The winners' probabilities (each in its lane, at once), summed in rank order.
+    double p = lane < k ? exp((double)(chosen_l - mx)) / sum : 0.0;
+    double wsum = 0.0;
+    for (int r = 0; r < k; r++) wsum += __shfl_sync(FULL, p, r);
+    wsum = fmax(wsum, 6.1035e-5);
+    if (lane < k) {
+        ids[lane] = chosen;
+        wts[lane] = (float)(p / wsum);
+    }
+}
+// The router and its top-k in one launch, one token per slot z (blockIdx.z):
+// logits[z] = W·x_z as mv1_T computes it, then the block that finishes last
+// (counted in counter[z], reset for the next launch) takes the token's top k
+// with topk_row. x_z = x + z·n_in; ids / wts at z·k.
+#define DEF_ROUTER(T, ID)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
+        router_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,          \
+                   const float* __restrict__ x, float* logits, int k, int* __restrict__ ids, \
+                   float* __restrict__ wts, int* counter) {                                 \
+        __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
+        __shared__ __align__(16) float xs[MV_XS];                                           \
+        __shared__ float xsum8[MV_XS / 8];                                                  \
+        __shared__ int last;                                                                \
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
+        int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
+        int z = blockIdx.z;                                                                 \
+        bool live = row0 < ne;                                                              \
+        int nr = live ? min(MV1_R, ne - row0) : 1;                                          \
+        const uint8_t* W0 = W + (u64)(live ? row0 : 0) * row_bytes;                         \
+        const uint8_t* src[MV1_R];                                                          \
+        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
+            src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;                                \
+        int shift[MV1_R];                                                                   \
+        if (live)                                                                           \
+            mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        mv1_stage_x(xs, xsum8, x + (u64)z * n_in, 0, n_in);                                 \
+        float* lz = logits + (u64)z * ne;                                                   \
+        if (live) {                                                                         \
+            float acc[MV1_R];                                                               \
+            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) acc[r] = 0.f;                 \
+            mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, shift, acc);               \
+            _Pragma("unroll") for (int r = 0; r < MV1_R; r++) {                             \
+                float s = warp_sum(acc[r]);                                                 \
+                if (lane == 0 && r < nr) lz[row0 + r] = s;                                  \
+            }                                                                               \
+        }                                                                                   \
+        __threadfence();                                                                    \
+        __syncthreads();                                                                    \
+        if (threadIdx.x == 0) last = atomicAdd(counter + z, 1) == (int)gridDim.x - 1;       \
+        __syncthreads();                                                                    \
+        if (!last) return;                                                                  \
+        __threadfence();                                                                    \
+        if (warp == 0) topk_row(lz, ne, k, ids + z * k, wts + z * k);                       \
+        if (threadIdx.x == 0) counter[z] = 0;                                               \
+    }
+REDLITE_DQ_TYPES(DEF_ROUTER)
 
 // Gate and up products with the SwiGLU between them, one token per slot:
 // y_z[o] = silu(G_z[o]·x_z) · (U_z[o]·x_z), each warp one output o (its gate
@@ -454,7 +607,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC1)
 // (z / x_div)·x_zstride; y_z = y + z·y_zstride. grid.x = ceil(n_out /
 // MV_WARPS), n_in <= MV_XS. (MV1_R is 2: the gate row and the up row.)
 #define DEF_MATVEC_GU(T, ID)                                                                \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
         mvgu_##T(const uint8_t* __restrict__ W, u64 up_off, u64 row_bytes, int n_in,        \
                  int n_out, const float* __restrict__ x, float* __restrict__ y,             \
                  const int* __restrict__ ids, u64 w_zstride, int x_div, u64 x_zstride,      \
@@ -465,14 +618,18 @@ REDLITE_DQ_TYPES(DEF_MATVEC1)
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row = blockIdx.x * MV_WARPS + warp;                                             \
         int z = blockIdx.z;                                                                 \
-        mv1_stage_x(xs, xsum8, x + (u64)(z / x_div) * x_zstride, 0, n_in);                  \
-        if (row >= n_out) return;                                                           \
+        bool live = row < n_out;                                                            \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* src[MV1_R];                                                          \
-        src[0] = W + e * w_zstride + (u64)row * row_bytes;                                  \
+        src[0] = W + e * w_zstride + (u64)(live ? row : 0) * row_bytes;                     \
         src[1] = src[0] + up_off;                                                           \
+        int shift[MV1_R];                                                                   \
+        if (live)                                                                           \
+            mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        mv1_stage_x(xs, xsum8, x + (u64)(z / x_div) * x_zstride, 0, n_in);                  \
+        if (!live) return;                                                                  \
         float acc[MV1_R] = {0.f, 0.f};                                                      \
-        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, acc);                          \
+        mv1_rows_##T(src, n_in, xs, xsum8, smem[warp], lane, shift, acc);                   \
         float g = warp_sum(acc[0]), u = warp_sum(acc[1]);                                   \
         if (lane == 0) y[(u64)z * y_zstride + row] = silu_f(g) * u;                         \
     }
@@ -939,87 +1096,116 @@ extern "C" __global__ void kv_append(const float* __restrict__ k, const float* _
     ((float*)tab[slot + 1])[off] = v[i];
 }
 
-// Split-K causal attention. Block (head h, query t, split s) attends query t
-// (position pos0 + t, pos0 = ctl[0]) to keys [s·L, min((s+1)·L, pos0+t+1)),
-// L = ceil((pos0 + t + 1)/ns), with an online softmax, writing (max, sum, o[hd])
-// to part[t][h][s]. The cache is at tab[slot] (keys) and tab[slot+1].
+// Split-K causal attention, grouped by KV head. Block (KV head g, query t,
+// split s) attends query t (position pos0 + t, pos0 = ctl[0]) of each query
+// head h of the group (h = g·G + i, G = nh / nkv) to keys [s·L, min((s+1)·L,
+// pos0+t+1)), L = ceil((pos0 + t + 1)/ns), with an online softmax, writing
+// (max, sum, o[hd]) to part[t][h][s]. The group's heads go ATT_GH at a time,
+// each key and value row read once per pass for all of them (a head's
+// arithmetic is what it would be alone). The cache is at tab[slot] (keys)
+// and tab[slot+1].
 #define ATT_WARPS 4
 #define HD_MAX 256
+#define ATT_GH 4
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
     attn_split(const float* __restrict__ q, const u64* __restrict__ tab, int slot,
                float* __restrict__ part, const int* __restrict__ ctl, int nh, int nkv, int hd,
                float scale, int ns) {
-    int h = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
+    int g = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
     const float* Kc = (const float*)tab[slot];
     const float* Vc = (const float*)tab[slot + 1];
     int pos0 = ctl[0];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int kvh = h / (nh / nkv);
+    int G = nh / nkv;
     int n_keys = pos0 + t + 1;
     // Per query, so each query of a pass splits its keys as a decode step
     // at its position would (a verify pass equals decoding bit for bit).
     int split_len = (n_keys + ns - 1) / ns;
     int k0 = s * split_len, k1 = min(k0 + split_len, n_keys);
-    float* pp = part + (((u64)t * nh + h) * ns + s) * (hd + 2);
     const int NV = HD_MAX / WARP;
-    float qv[NV], ov[NV];
-    const float* qp = q + ((u64)t * nh + h) * hd;
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int c = lane + i * WARP;
-        qv[i] = c < hd ? qp[c] * scale : 0.f;
-        ov[i] = 0.f;
-    }
-    float mx = -INFINITY, l = 0.f;
     u64 stride = (u64)nkv * hd;
-    for (int key = k0 + warp; key < k1; key += ATT_WARPS) {
-        const float* kp = Kc + (u64)key * stride + (u64)kvh * hd;
-        const float* vp = Vc + (u64)key * stride + (u64)kvh * hd;
-        float sc = 0.f;
+    __shared__ float sm_m[ATT_WARPS][ATT_GH], sm_l[ATT_WARPS][ATT_GH];
+    __shared__ float sm_o[ATT_WARPS][ATT_GH][HD_MAX];
+    for (int h0 = 0; h0 < G; h0 += ATT_GH) {
+        int gh = min(ATT_GH, G - h0);
+        float qv[ATT_GH][NV], ov[ATT_GH][NV], mx[ATT_GH], l[ATT_GH];
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int c = lane + i * WARP;
-            if (c < hd) sc += qv[i] * kp[c];
+        for (int i = 0; i < ATT_GH; i++) {
+            const float* qp = q + ((u64)t * nh + g * G + h0 + min(i, gh - 1)) * hd;
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                int c = lane + j * WARP;
+                qv[i][j] = c < hd ? qp[c] * scale : 0.f;
+                ov[i][j] = 0.f;
+            }
+            mx[i] = -INFINITY;
+            l[i] = 0.f;
         }
-        sc = warp_sum(sc);
-        float mn = fmaxf(mx, sc);
-        float corr = expf(mx - mn);
-        float p = expf(sc - mn);
-        l = l * corr + p;
+        for (int key = k0 + warp; key < k1; key += ATT_WARPS) {
+            const float* kp = Kc + (u64)key * stride + (u64)g * hd;
+            const float* vp = Vc + (u64)key * stride + (u64)g * hd;
+            float kv[NV], vv[NV];
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int c = lane + i * WARP;
-            if (c < hd) ov[i] = ov[i] * corr + p * vp[c];
+            for (int j = 0; j < NV; j++) {
+                int c = lane + j * WARP;
+                kv[j] = c < hd ? kp[c] : 0.f;
+                vv[j] = c < hd ? vp[c] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < ATT_GH; i++) {
+                float sc = 0.f;
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    int c = lane + j * WARP;
+                    if (c < hd) sc += qv[i][j] * kv[j];
+                }
+                sc = warp_sum(sc);
+                float mn = fmaxf(mx[i], sc);
+                float corr = expf(mx[i] - mn);
+                float p = expf(sc - mn);
+                l[i] = l[i] * corr + p;
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    int c = lane + j * WARP;
+                    if (c < hd) ov[i][j] = ov[i][j] * corr + p * vv[j];
+                }
+                mx[i] = mn;
+            }
         }
-        mx = mn;
-    }
-    // Combine the warps.
-    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
-    __shared__ float sm_o[ATT_WARPS][HD_MAX];
-    if (lane == 0) {
-        sm_m[warp] = mx;
-        sm_l[warp] = l;
-    }
+        // Combine the warps, head by head.
+        __syncthreads();
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int c = lane + i * WARP;
-        if (c < hd) sm_o[warp][c] = ov[i];
-    }
-    __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w]);
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-        float acc = 0.f;
-        for (int w = 0; w < ATT_WARPS; w++)
-            if (sm_m[w] != -INFINITY) acc += sm_o[w][c] * expf(sm_m[w] - M);
-        pp[2 + c] = acc;
-    }
-    if (threadIdx.x == 0) {
-        float L = 0.f;
-        for (int w = 0; w < ATT_WARPS; w++)
-            if (sm_m[w] != -INFINITY) L += sm_l[w] * expf(sm_m[w] - M);
-        pp[0] = M;
-        pp[1] = L;
+        for (int i = 0; i < ATT_GH; i++) {
+            if (lane == 0) {
+                sm_m[warp][i] = mx[i];
+                sm_l[warp][i] = l[i];
+            }
+#pragma unroll
+            for (int j = 0; j < NV; j++) {
+                int c = lane + j * WARP;
+                if (c < hd) sm_o[warp][i][c] = ov[i][j];
+            }
+        }
+        __syncthreads();
+        for (int i = 0; i < gh; i++) {
+            int h = g * G + h0 + i;
+            float* pp = part + (((u64)t * nh + h) * ns + s) * (hd + 2);
+            float M = -INFINITY;
+            for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w][i]);
+            for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+                float acc = 0.f;
+                for (int w = 0; w < ATT_WARPS; w++)
+                    if (sm_m[w][i] != -INFINITY) acc += sm_o[w][i][c] * expf(sm_m[w][i] - M);
+                pp[2 + c] = acc;
+            }
+            if (threadIdx.x == 0) {
+                float L = 0.f;
+                for (int w = 0; w < ATT_WARPS; w++)
+                    if (sm_m[w][i] != -INFINITY) L += sm_l[w][i] * expf(sm_m[w][i] - M);
+                pp[0] = M;
+                pp[1] = L;
+            }
+        }
     }
 }
 
@@ -1062,71 +1248,10 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
 // ---------------------------------------------------------------------------
 // MoE.
 
-// Router: softmax of each token's logits (in f64 after an f32 max
-// subtraction), the top k by falling probability (ties: lower id), weights
-// renormalised over the top k. One warp per token; ne <= 32·TOPK_PER = 512.
-#define TOPK_PER 16
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ne, int k,
                                     int* __restrict__ ids, float* __restrict__ wts) {
-    int t = blockIdx.x, lane = threadIdx.x;
-    const float* row = logits + (u64)t * ne;
-    float l[TOPK_PER];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < TOPK_PER; j++) {
-        int e = lane + j * WARP;
-        l[j] = e < ne ? row[e] : -INFINITY;
-        mx = fmaxf(mx, l[j]);
-    }
-    mx = warp_max(mx);
-    double sum = 0.0;
-#pragma unroll
-    for (int j = 0; j < TOPK_PER; j++) {
-        int e = lane + j * WARP;
-        if (e < ne) sum += exp((double)(l[j] - mx));
-    }
-    sum = warp_sum_d(sum);
-    // Top k by repeated arg-max over the logits (the softmax is monotonic;
-    // ties go to the lower id, as the reference's stable order).
-    double wsum = 0.0;
-    int chosen = -1;
-    double chosen_p = 0.0;
-    for (int r = 0; r < k; r++) {
-        float best = -INFINITY;
-        int bid = 0x7fffffff;
-#pragma unroll
-        for (int j = 0; j < TOPK_PER; j++) {
-            int e = lane + j * WARP;
-            if (e < ne && (l[j] > best || (l[j] == best && e < bid))) {
-                best = l[j];
-                bid = e;
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(FULL, best, o);
-            int oi = __shfl_xor_sync(FULL, bid, o);
-            if (ob > best || (ob == best && oi < bid)) {
-                best = ob;
-                bid = oi;
-            }
-        }
-        double p = exp((double)(best - mx)) / sum;
-        wsum += p;
-        if (lane == r) {
-            chosen = bid;
-            chosen_p = p;
-        }
-        // Remove the winner from its owner's registers.
-#pragma unroll
-        for (int j = 0; j < TOPK_PER; j++)
-            if (lane + j * WARP == bid) l[j] = -INFINITY;
-    }
-    wsum = fmax(wsum, 6.1035e-5);
-    if (lane < k) {
-        ids[t * k + lane] = chosen;
-        wts[t * k + lane] = (float)(chosen_p / wsum);
-    }
+    int t = blockIdx.x;
+    topk_row(logits + (u64)t * ne, ne, k, ids + t * k, wts + t * k);
 }
 
 // Group the n routed slots (ids[q] = expert of slot q) by expert: counts,

@@ -532,13 +532,24 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 }
 
 /// The NVRTC options every kernel is compiled with.
+/// The NVRTC options for `arch`. `REDLITE_CUDA_DEFINES` (e.g. `-DMV1_MINB=8`)
+/// adds macro definitions: kernel variants for experiments, compiled and
+/// cached apart from the default kernels.
 pub fn nvrtc_options(arch: &str) -> Vec<String> {
-    vec![
+    let mut o = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".into(),
         "-default-device".into(),
         "-diag-suppress=177".into(),
-    ]
+    ];
+    if let Ok(defs) = std::env::var("REDLITE_CUDA_DEFINES") {
+        o.extend(
+            defs.split_whitespace()
+                .filter(|d| d.starts_with("-D"))
+                .map(String::from),
+        );
+    }
+    o
 }
 
 /// Compile `source` for compute capability `cc` to a cubin (NUL-terminated

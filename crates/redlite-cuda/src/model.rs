@@ -46,6 +46,8 @@ struct MvKernels {
     mvn: Func,
     /// Gate and up rows of one token with the SwiGLU between them.
     mvgu: Func,
+    /// The router's one-token product with its top-k.
+    router: Func,
 }
 
 /// A matrix on the device.
@@ -178,6 +180,9 @@ struct Scratch {
     su: DevBuf,
     sd: DevBuf,
     logits: DevBuf,
+    /// Per token, blocks of `router_<T>` done (the last one takes the top k
+    /// and resets it to 0).
+    router_done: DevBuf,
     /// Prefill expert grouping: slots per expert, their offsets, the slots.
     counts: DevBuf,
     offsets: DevBuf,
@@ -285,9 +290,9 @@ pub struct CudaModel {
     /// Decode's gate and up products fused with their SwiGLU (`mvgu`;
     /// `REDLITE_CUDA_FUSE_GU=0`: separate products, for comparison).
     fuse_gu: bool,
-    /// One-token products through `mvn` (inputs read where they lie, not
-    /// staged in shared memory; `REDLITE_CUDA_MV1=direct`, an experiment).
-    mv1_direct: bool,
+    /// The router's product and its top-k in one launch (`router_<T>`;
+    /// `REDLITE_CUDA_FUSE_ROUTER=0`: two launches, for comparison).
+    fuse_router: bool,
     _bufs: Vec<DevBuf>,
 }
 
@@ -319,6 +324,7 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mv1_{s}"));
         k.push(format!("mvn_{s}"));
         k.push(format!("mvgu_{s}"));
+        k.push(format!("router_{s}"));
         k.push(format!("mm_{s}"));
         k.push(format!("mmg_{s}"));
     }
@@ -383,6 +389,7 @@ impl Uploader<'_> {
             mv1: k("mv1")?,
             mvn: k("mvn")?,
             mvgu: k("mvgu")?,
+            router: k("router")?,
         };
         let mm = k("mm")?;
         let parts = redlite_model::weights::qmats(self.f, m)?;
@@ -417,6 +424,7 @@ impl Uploader<'_> {
             mv1: k("mv1")?,
             mvn: k("mvn")?,
             mvgu: k("mvgu")?,
+            router: k("router")?,
         };
         let (mvg, mmg) = (k("mvg")?, k("mmg")?);
         let base = match self.tensors.get(&x.tensor) {
@@ -463,14 +471,17 @@ impl CudaModel {
         let c = model.config().clone();
         if c.ssm_d_k > 256
             || c.head_dim > 256
+            || c.n_head_kv == 0
+            || c.n_head % c.n_head_kv != 0
             || c.conv_kernel > 8
             || c.n_expert_used > 32
             || c.n_expert > 512
         {
             return Err(ModelError::Backend(format!(
-                "the CUDA kernels take head dims up to 256, conv kernels up to 8 and up to 32 \
-                 experts per token of at most 512 (this model: d_k {}, head_dim {}, conv {}, {} experts)",
-                c.ssm_d_k, c.head_dim, c.conv_kernel, c.n_expert_used
+                "the CUDA kernels take head dims up to 256, query heads in whole groups per KV \
+                 head, conv kernels up to 8 and up to 32 experts per token of at most 512 (this \
+                 model: d_k {}, head_dim {}, {} query heads over {} KV heads, conv {}, {} experts)",
+                c.ssm_d_k, c.head_dim, c.n_head, c.n_head_kv, c.conv_kernel, c.n_expert_used
             )));
         }
         let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names()).map_err(merr)?;
@@ -556,7 +567,7 @@ impl CudaModel {
         let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
         let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
         let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
-        let mv1_direct = std::env::var_os("REDLITE_CUDA_MV1").is_some_and(|v| v == "direct");
+        let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -573,7 +584,7 @@ impl CudaModel {
             use_graph,
             tiled,
             fuse_gu,
-            mv1_direct,
+            fuse_router,
             _bufs: bufs,
         })
     }
@@ -654,9 +665,9 @@ impl CudaModel {
     fn pick(&self, k: MvKernels, n_in: usize, t: usize, exact: bool) -> (Func, usize, usize) {
         if n_in > MV_XS {
             (k.mv, 4, 8)
-        } else if t == 1 && !self.mv1_direct {
+        } else if t == 1 {
             (k.mv1, 4 * MV1_R, 1)
-        } else if exact || t == 1 {
+        } else if exact {
             (k.mvn, 4 * MV1_R, MVN_NT)
         } else {
             (k.mv, 4, 8)
@@ -1101,7 +1112,7 @@ impl CudaModel {
                     )?;
                     g.launch_f(
                         k.attn_split,
-                        (nh as u32, t as u32, ns as u32),
+                        (nkv as u32, t as u32, ns as u32),
                         128,
                         0,
                         &[
@@ -1138,7 +1149,7 @@ impl CudaModel {
             g.launch_f(
                 k.add_rmsnorm,
                 (t as u32, 1, 1),
-                256,
+                d.next_multiple_of(32).min(1024) as u32,
                 0,
                 &[
                     Arg::U(s.x.ptr),
@@ -1151,20 +1162,43 @@ impl CudaModel {
             )?;
             // MoE: router, top-k, routed experts, shared expert, combine.
             let (ne, kk) = (c.n_expert, c.n_expert_used);
-            self.mv(&l.router, s.h.ptr, s.rl.ptr, t, exact)?;
-            g.launch_f(
-                k.moe_topk,
-                (t as u32, 1, 1),
-                32,
-                0,
-                &[
-                    Arg::U(s.rl.ptr),
-                    Arg::I(ne as i32),
-                    Arg::I(kk as i32),
-                    Arg::U(s.ids.ptr),
-                    Arg::U(s.wts.ptr),
-                ],
-            )?;
+            let r = &l.router;
+            if self.fuse_router && (t == 1 || exact) && r.n_in <= MV_XS {
+                // Router and top-k in one launch, each token as decode has it.
+                g.launch_f(
+                    r.kern.router,
+                    (r.n_out.div_ceil(4 * MV1_R) as u32, 1, t as u32),
+                    128,
+                    0,
+                    &[
+                        Arg::U(r.ptr),
+                        Arg::U(r.row_bytes as u64),
+                        Arg::I(r.n_in as i32),
+                        Arg::I(ne as i32),
+                        Arg::U(s.h.ptr),
+                        Arg::U(s.rl.ptr),
+                        Arg::I(kk as i32),
+                        Arg::U(s.ids.ptr),
+                        Arg::U(s.wts.ptr),
+                        Arg::U(s.router_done.ptr),
+                    ],
+                )?;
+            } else {
+                self.mv(r, s.h.ptr, s.rl.ptr, t, exact)?;
+                g.launch_f(
+                    k.moe_topk,
+                    (t as u32, 1, 1),
+                    32,
+                    0,
+                    &[
+                        Arg::U(s.rl.ptr),
+                        Arg::I(ne as i32),
+                        Arg::I(kk as i32),
+                        Arg::U(s.ids.ptr),
+                        Arg::U(s.wts.ptr),
+                    ],
+                )?;
+            }
             let slots = t * kk;
             if t == 1 || exact {
                 // Decode (and verify): one launch per matrix over the k
@@ -1319,6 +1353,7 @@ impl Scratch {
             counts: f(c.n_expert)?,
             offsets: f(c.n_expert)?,
             perm: f(t * k)?,
+            router_done: g.zeros(t * 4)?,
             tab: g.alloc(2 * c.n_layer.max(1) * 8)?,
             tab_host: Vec::new(),
             graph: None,

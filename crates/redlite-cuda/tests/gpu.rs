@@ -42,8 +42,9 @@ fn load_gpu(name: &str) -> Model {
     m
 }
 
-/// `mv_<T>` of every type against f64 products of the CPU's dequantized
-/// rows, with 1 and 5 tokens and 2 expert slots chosen by id.
+/// `mv_<T>`, `mm_<T>`, `mvn_<T>`, `mv1_<T>`, `mvgu_<T>` and the grouped
+/// kernels of every type against f64 products of the CPU's dequantized rows,
+/// with 1 and 5 tokens and 2 expert slots chosen by id.
 #[test]
 fn matvec_every_type_matches_the_cpu() {
     use redlite_cuda::gpu::{Arg, Gpu};
@@ -139,6 +140,13 @@ fn matvec_every_type_matches_the_cpu() {
                 [&dense[..], &plain[..]].concat(),
             ),
             (format!("mm_{sfx}"), 64, 256, dense.to_vec()),
+            // The verify pass's several-token twin of mv1 (8 rows per block).
+            (
+                format!("mvn_{sfx}"),
+                8,
+                128,
+                [&dense[..], &plain[..]].concat(),
+            ),
         ] {
             gpu.memset0(yb.ptr, yb.bytes).expect("memset");
             gpu.launch(
@@ -201,6 +209,105 @@ fn matvec_every_type_matches_the_cpu() {
                         err < 1e-4,
                         "{kname} slot {z} row {o}: {} vs {want}",
                         y2[z * n_out + o]
+                    );
+                }
+            }
+        }
+        // Gate and up with the SwiGLU between (mvgu): expert 0's rows as the
+        // gate, expert 1's as the up rows, token 0.
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mvgu_{sfx}"),
+            ((n_out as u32).div_ceil(4), 1, 1),
+            128,
+            0,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U((n_out * row_bytes) as u64),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U(xb.ptr),
+                Arg::U(yb.ptr),
+                Arg::U(0),
+                Arg::U(0),
+                Arg::I(1),
+                Arg::U(n_in as u64),
+                Arg::U(n_out as u64),
+            ],
+        )
+        .expect("launch");
+        let mut y3 = vec![0f32; n_out];
+        gpu.dtoh(&mut y3, yb.ptr).expect("dtoh");
+        let swiglu = |o: usize| -> f64 {
+            let g = dot(o, 0);
+            g / (1.0 + (-g).exp()) * dot(n_out + o, 0)
+        };
+        let s3 = (0..n_out).map(|o| swiglu(o).abs()).fold(1e-30, f64::max);
+        for (o, &got) in y3.iter().enumerate() {
+            let err = (got as f64 - swiglu(o)).abs() / s3;
+            assert!(err < 1e-4, "mvgu_{sfx} row {o}: {got} vs {}", swiglu(o));
+        }
+        // Router + top-k (router_<T>), tokens 0 and 1, twice (the block
+        // counter resets itself): logits as the CPU's products, the top 4 by
+        // logit (ties: lower id) with softmax weights renormalised over them.
+        let kk = 4usize;
+        let logits = gpu.alloc(2 * n_out * 4).expect("alloc");
+        let rid = gpu.alloc(2 * kk * 4).expect("alloc");
+        let rwt = gpu.alloc(2 * kk * 4).expect("alloc");
+        let done = gpu.zeros(2 * 4).expect("alloc");
+        for _ in 0..2 {
+            gpu.launch(
+                &format!("router_{sfx}"),
+                ((n_out as u32).div_ceil(8), 1, 2),
+                128,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U(xb.ptr),
+                    Arg::U(logits.ptr),
+                    Arg::I(kk as i32),
+                    Arg::U(rid.ptr),
+                    Arg::U(rwt.ptr),
+                    Arg::U(done.ptr),
+                ],
+            )
+            .expect("launch");
+            let mut lg = vec![0f32; 2 * n_out];
+            let mut ids_got = vec![0i32; 2 * kk];
+            let mut wts_got = vec![0f32; 2 * kk];
+            gpu.dtoh(&mut lg, logits.ptr).expect("dtoh");
+            gpu.dtoh(&mut ids_got, rid.ptr).expect("dtoh");
+            gpu.dtoh(&mut wts_got, rwt.ptr).expect("dtoh");
+            for t in 0..2 {
+                let row = &lg[t * n_out..(t + 1) * n_out];
+                for (o, &v) in row.iter().enumerate() {
+                    let e = (v as f64 - dot(o, t)).abs() / scale(t);
+                    assert!(e < 1e-5, "router_{sfx} t{t} row {o}: {v} vs {}", dot(o, t));
+                }
+                let mut order: Vec<usize> = (0..n_out).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                let mx = row[order[0]] as f64;
+                let z: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
+                let p: Vec<f64> = order[..kk]
+                    .iter()
+                    .map(|&e| (row[e] as f64 - mx).exp() / z)
+                    .collect();
+                let ps: f64 = p.iter().sum();
+                for r in 0..kk {
+                    assert_eq!(
+                        ids_got[t * kk + r] as usize,
+                        order[r],
+                        "router_{sfx} t{t} rank {r}"
+                    );
+                    let w = wts_got[t * kk + r] as f64;
+                    assert!(
+                        (w - p[r] / ps).abs() < 1e-6,
+                        "router_{sfx} weight {w} vs {}",
+                        p[r] / ps
                     );
                 }
             }

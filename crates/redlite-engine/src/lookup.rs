@@ -78,7 +78,7 @@ const MIN_RATE: f64 = 0.2;
 /// are accepted in full, so a wrong guess costs little.
 const FIRST_LEN: usize = 2;
 /// First pause, in tokens; it doubles each time drafting fails again.
-const FIRST_PAUSE: usize = 32;
+const FIRST_PAUSE: usize = 64;
 
 impl Drafter {
     /// An n-gram (prompt lookup) drafter.
