@@ -472,7 +472,7 @@ impl CudaModel {
         if c.ssm_d_k > 256
             || c.head_dim > 256
             || c.n_head_kv == 0
-            || c.n_head % c.n_head_kv != 0
+            || !c.n_head.is_multiple_of(c.n_head_kv)
             || c.conv_kernel > 8
             || c.n_expert_used > 32
             || c.n_expert > 512
