@@ -208,8 +208,9 @@ mod x86 {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `blk` holds a whole super-block
     /// (74 bytes).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
+    // No target features of its own: it inlines into the drivers (which
+    // enable AVX2, FMA and F16C), as unpack_iq1_m does.
+    #[inline(always)]
     pub unsafe fn unpack_iq2_xs(blk: &[u8], u: &mut Unpacked) {
         debug_assert!(blk.len() >= IQ2XS_BYTES);
         let b = blk.as_ptr();
