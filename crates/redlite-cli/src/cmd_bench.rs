@@ -302,6 +302,13 @@ pub fn run(args: Args) -> Result<()> {
     if !args.draft.is_empty() && (args.gen_tokens == 0 || args.draft_max == 0) {
         bail!("--draft needs --gen-tokens and --draft-max of at least 1");
     }
+    if !args.draft.is_empty() && args.start_position > 0 {
+        bail!(
+            "--draft generates after a fresh 64-token prompt; it cannot start at \
+             --start-position {} (run the depth tests without --draft)",
+            args.start_position
+        );
+    }
     let loaded = load_model(&args.model, args.threads, &args.load)?;
     let model = &loaded.model;
     let c = model.config().clone();

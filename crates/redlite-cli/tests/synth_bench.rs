@@ -401,3 +401,65 @@ fn no_mmap_and_mlock_give_identical_logits() {
     assert!(mapped == read, "--no-mmap changed the logits");
     assert!(mapped == locked, "--mlock changed the logits");
 }
+
+/// `bench --draft`: replayed drafts are all accepted, random ones none, and
+/// each configuration's tokens equal plain generation's (bench fails
+/// otherwise); the JSON names the drafts and the ratio to plain.
+#[test]
+fn bench_draft_replays_and_random_drafts() {
+    let model = redlite_testkit::fixture("tiny-s-Q4_K_M.gguf");
+    let m = model.to_str().unwrap();
+    let tests = bench_json(
+        m,
+        &[
+            "-p",
+            "0",
+            "-n",
+            "24",
+            "-r",
+            "1",
+            "--draft",
+            "replay,random",
+            "--draft-max",
+            "4",
+        ],
+    );
+    // tg24, then plain, replay and random generation.
+    assert_eq!(tests.len(), 4, "{tests:?}");
+    let by = |name: &str| {
+        tests
+            .iter()
+            .find(|t| t["redlite_draft"] == name)
+            .unwrap_or_else(|| panic!("no {name} test in {tests:?}"))
+    };
+    let (plain, replay, random) = (by("plain"), by("replay"), by("random"));
+    assert_eq!(plain["redlite_vs_plain"].as_f64(), Some(1.0));
+    assert_eq!(plain["redlite_verify_passes"], 0);
+    let drafted = replay["redlite_drafted"].as_u64().unwrap();
+    assert!(drafted > 0, "{replay}");
+    assert_eq!(replay["redlite_accepted"].as_u64(), Some(drafted));
+    assert!(random["redlite_drafted"].as_u64().unwrap() > 0, "{random}");
+    assert_eq!(random["redlite_accepted"], 0);
+    for t in [plain, replay, random] {
+        assert_eq!(t["n_gen"], 24);
+        assert_eq!(t["redlite_draft_max"], 4);
+        assert!(t["redlite_vs_plain"].as_f64().unwrap() > 0.0);
+    }
+    // Not from a filled state.
+    let out = redlite(&[
+        "bench",
+        m,
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "--draft",
+        "replay",
+        "--start-position",
+        "8",
+        "--fill-state",
+        "random",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--draft generates after a fresh"));
+}
