@@ -6,8 +6,9 @@
 //! handed out as `Arc`s, so a forward pass holds the experts it selected while
 //! it computes even if the cache evicts them meanwhile (the memory in use can
 //! exceed the budget by the experts of one layer in flight). Misses are read
-//! with positioned reads (`pread`), one thread per missing expert of a layer,
-//! optionally with `O_DIRECT` (bypassing the page cache: the aligned range
+//! with positioned reads (`pread`) on a pool of reader threads, a layer's
+//! missing experts and each expert's three slices at once, optionally with
+//! `O_DIRECT` (bypassing the page cache: the aligned range
 //! around each slice is read into the aligned buffer and the slice used in
 //! place). Eviction is least-recently-used.
 //!
@@ -15,7 +16,8 @@
 //! same: outputs are bit-identical to the all-resident model.
 //!
 //! Prefetch: [`ExpertCache::prefetch`] starts reading a layer's predicted
-//! experts in the background (one detached thread per missing expert). A
+//! experts in the background, on a smaller pool of its own (so at most that
+//! many prefetch requests are in flight beside the demand reads). A
 //! (layer, expert) being read is in the in-flight set: nobody reads it a
 //! second time, and [`ExpertCache::get`] waits for it instead. Fetched entries
 //! are inserted as normal entries.
@@ -35,8 +37,12 @@ use crate::ModelError;
 /// Alignment of buffers, file offsets and lengths for `O_DIRECT`.
 pub const ALIGN: usize = 4096;
 
-/// Most missing experts of one layer read at the same time.
-const MAX_PARALLEL_READS: usize = 16;
+/// Reader threads of demand reads (a layer's misses, each expert's three
+/// slices at once): the most requests a forward pass keeps in flight.
+const DEMAND_READERS: usize = 16;
+/// Reader threads of prefetch: the most prefetch requests in flight, so
+/// reads ahead never crowd out the demand reads a step waits on.
+const PREFETCH_READERS: usize = 6;
 
 /// How the routed experts are streamed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +266,10 @@ pub struct ExpertCache {
     done: Condvar,
     prefetch: bool,
     prefetch_top: Option<usize>,
+    /// The threads that read: persistent (no thread started per read), one
+    /// pool for demand reads and a smaller one for prefetch.
+    demand_io: rayon::ThreadPool,
+    prefetch_io: rayon::ThreadPool,
 }
 
 /// Takes a key out of the in-flight set (and wakes the waiters) when
@@ -372,6 +382,13 @@ impl ExpertCache {
             predicted: vec![None; layers.len()],
             ..Inner::default()
         };
+        let readers = |n: usize, name: &'static str| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(move |i| format!("{name}-{i}"))
+                .build()
+                .map_err(|e| ModelError::Input(format!("starting the expert reader threads: {e}")))
+        };
         Ok(ExpertCache {
             layers,
             shards,
@@ -382,6 +399,8 @@ impl ExpertCache {
             done: Condvar::new(),
             prefetch: opts.prefetch,
             prefetch_top: opts.prefetch_top,
+            demand_io: readers(DEMAND_READERS, "expert-read")?,
+            prefetch_io: readers(PREFETCH_READERS, "expert-prefetch")?,
         })
     }
 
@@ -549,8 +568,8 @@ impl ExpertCache {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// Start reading experts `experts` of layer `il` in the background (one
-    /// thread each), except those held or in flight; held ones become most
+    /// Start reading experts `experts` of layer `il` in the background (on
+    /// the prefetch readers), except those held or in flight; held ones become most
     /// recently used. Records them as the layer's prediction (scored at its
     /// next `get`). Nothing when prefetch is off.
     pub fn prefetch(self: &Arc<Self>, il: usize, experts: &[usize]) {
@@ -576,16 +595,7 @@ impl ExpertCache {
         }
         for e in claimed {
             let cache = Arc::clone(self);
-            let spawned = std::thread::Builder::new()
-                .name("expert-prefetch".into())
-                .spawn(move || cache.prefetch_one(il, e));
-            if spawned.is_err() {
-                // No thread: release the claim (a `get` reads it itself).
-                drop(Release {
-                    cache: self,
-                    key: (il, e),
-                });
-            }
+            self.prefetch_io.spawn(move || cache.prefetch_one(il, e));
         }
     }
 
@@ -607,33 +617,26 @@ impl ExpertCache {
         }
     }
 
-    /// Experts `ids` of a layer read from the file, in parallel (at most
-    /// `MAX_PARALLEL_READS` at a time).
+    /// Experts `ids` of a layer read from the file, all at once on the
+    /// demand readers (each expert's slices in parallel too).
     fn read_many(
         &self,
         layout: &LayerLayout,
         ids: impl Iterator<Item = usize>,
     ) -> Vec<Result<ExpertEntry, ModelError>> {
         let ids: Vec<usize> = ids.collect();
-        let mut read = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(MAX_PARALLEL_READS) {
-            if chunk.len() == 1 {
-                read.push(self.read(layout, chunk[0]));
-                continue;
+        let mut read: Vec<Option<Result<ExpertEntry, ModelError>>> =
+            (0..ids.len()).map(|_| None).collect();
+        self.demand_io.scope(|s| {
+            for (slot, &e) in read.iter_mut().zip(&ids) {
+                s.spawn(move |_| *slot = Some(self.read(layout, e)));
             }
-            std::thread::scope(|s| {
-                let handles: Vec<_> = chunk
-                    .iter()
-                    .map(|&e| s.spawn(move || self.read(layout, e)))
-                    .collect();
-                for h in handles {
-                    read.push(h.join().unwrap_or_else(|_| {
-                        Err(ModelError::Input("an expert read thread panicked".into()))
-                    }));
-                }
-            });
-        }
-        read
+        });
+        read.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(ModelError::Input("an expert read did not run".into())))
+            })
+            .collect()
     }
 
     /// Insert `entry` as the most recently used, evicting the least
@@ -711,20 +714,22 @@ impl ExpertCache {
                 )
             })
         };
-        let starts: Vec<Result<usize, ModelError>> = std::thread::scope(|sc| {
-            let mut it = jobs.into_iter();
+        // On the reader pool this runs in (demand or prefetch): the first
+        // slice here, the others on the pool's other threads.
+        let mut starts: Vec<Option<Result<usize, ModelError>>> =
+            (0..jobs.len()).map(|_| None).collect();
+        rayon::scope(|sc| {
+            let mut it = starts.iter_mut().zip(jobs);
             let first = it.next();
-            let handles: Vec<_> = it.map(|j| sc.spawn(move || read_one(j))).collect();
-            let mut out = Vec::with_capacity(3);
-            if let Some(j) = first {
-                out.push(read_one(j));
+            for (slot, j) in it {
+                sc.spawn(move |_| *slot = Some(read_one(j)));
             }
-            for h in handles {
-                out.push(h.join().unwrap_or_else(|_| {
-                    Err(ModelError::Input("an expert read thread panicked".into()))
-                }));
+            if let Some((slot, j)) = first {
+                *slot = Some(read_one(j));
             }
-            out
+        });
+        let starts = starts.into_iter().map(|r| {
+            r.unwrap_or_else(|| Err(ModelError::Input("an expert slice read did not run".into())))
         });
         let mut parts = [(0usize, 0usize); 3];
         let mut at = base;
