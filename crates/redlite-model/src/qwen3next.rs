@@ -119,17 +119,21 @@ impl State {
     /// mean nothing; only the cost of the step is realistic.
     pub fn fill_random(c: &Config, pos: usize, seed: u64) -> State {
         let mut st = State::new(c);
-        let mut rng = NormalRng::new(seed);
         let kv = pos * c.n_head_kv * c.head_dim;
-        for l in &mut st.layers {
+        for (il, l) in st.layers.iter_mut().enumerate() {
+            // One stream per (layer, part): the same numbers whatever the
+            // thread count.
+            let part = |k: u64| seed ^ (4 * il as u64 + k).wrapping_mul(0xA24B_AED4_963E_E407);
             match l {
                 LayerState::DeltaNet { conv, ssm } => {
-                    conv.iter_mut().for_each(|x| *x = rng.normal());
-                    ssm.iter_mut().for_each(|x| *x = 0.05 * rng.normal());
+                    fill_normal(conv, part(0), 1.0);
+                    fill_normal(ssm, part(1), 0.05);
                 }
                 LayerState::Attention { k, v } => {
-                    *k = (0..kv).map(|_| rng.normal()).collect();
-                    *v = (0..kv).map(|_| rng.normal()).collect();
+                    *k = vec![0f32; kv];
+                    *v = vec![0f32; kv];
+                    fill_normal(k, part(2), 1.0);
+                    fill_normal(v, part(3), 1.0);
                 }
             }
         }
@@ -199,11 +203,33 @@ impl NormalRng {
     fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
-    fn normal(&mut self) -> f32 {
+    /// Two independent normals (Box-Muller: the cosine and the sine).
+    fn normal2(&mut self) -> (f32, f32) {
         let u1 = self.uniform().max(1e-300);
         let u2 = self.uniform();
-        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+        let r = (-2.0 * u1.ln()).sqrt();
+        let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
+        ((r * c) as f32, (r * s) as f32)
     }
+}
+
+/// `dst` filled with `scale`·N(0, 1), in parallel: chunk `i` of 64 Ki values
+/// draws from its own stream of `seed`, so the values do not depend on the
+/// thread count. (A 128K-token context fills gigabytes: a single stream of
+/// Box-Muller pairs took most of `bench --fill-state random` at depth.)
+fn fill_normal(dst: &mut [f32], seed: u64, scale: f32) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
+        let mut rng = NormalRng::new(seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+        for pair in c.chunks_mut(2) {
+            let (a, b) = rng.normal2();
+            pair[0] = scale * a;
+            if let Some(x) = pair.get_mut(1) {
+                *x = scale * b;
+            }
+        }
+    });
 }
 
 /// Optional sink for named intermediates.
