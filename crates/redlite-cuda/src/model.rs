@@ -589,6 +589,30 @@ impl CudaModel {
         })
     }
 
+    /// The start of a pass (`what`: forward or verify) over `tokens`: this
+    /// model's state behind `state`, the scratch buffers (locked), the device
+    /// bound to the thread.
+    fn begin<'a>(
+        &'a self,
+        state: &'a mut dyn DeviceState,
+        tokens: &[u32],
+        what: &str,
+    ) -> Result<(&'a mut CudaState, std::sync::MutexGuard<'a, Scratch>), ModelError> {
+        let st = state
+            .as_any_mut()
+            .downcast_mut::<CudaState>()
+            .ok_or_else(|| ModelError::Input("the state was not made by this CUDA model".into()))?;
+        if tokens.is_empty() {
+            return Err(ModelError::Input(format!("{what} called with no tokens")));
+        }
+        let s = self
+            .scratch
+            .lock()
+            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        self.gpu.bind().map_err(merr)?;
+        Ok((st, s))
+    }
+
     /// Bytes of weights held on the device.
     pub fn weight_bytes(&self) -> usize {
         self.weight_bytes
@@ -1685,19 +1709,8 @@ impl DeviceForward for CudaModel {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>, ModelError> {
-        let st = state
-            .as_any_mut()
-            .downcast_mut::<CudaState>()
-            .ok_or_else(|| ModelError::Input("the state was not made by this CUDA model".into()))?;
-        if tokens.is_empty() {
-            return Err(ModelError::Input("forward called with no tokens".into()));
-        }
-        let mut s = self
-            .scratch
-            .lock()
-            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        let (st, mut s) = self.begin(state, tokens, "forward")?;
         let g = &self.gpu;
-        g.bind().map_err(merr)?;
         let vocab = self.c.vocab_size;
         let mut out = Vec::with_capacity(if all_logits { tokens.len() } else { 1 } * vocab);
         let chunks: Vec<&[u32]> = tokens.chunks(T_MAX).collect();
@@ -1736,19 +1749,8 @@ impl DeviceForward for CudaModel {
     }
 
     fn verify(&self, state: &mut dyn DeviceState, tokens: &[u32]) -> Result<Verified, ModelError> {
-        let st = state
-            .as_any_mut()
-            .downcast_mut::<CudaState>()
-            .ok_or_else(|| ModelError::Input("the state was not made by this CUDA model".into()))?;
-        if tokens.is_empty() {
-            return Err(ModelError::Input("verify called with no tokens".into()));
-        }
-        let mut s = self
-            .scratch
-            .lock()
-            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        let (st, mut s) = self.begin(state, tokens, "verify")?;
         let g = &self.gpu;
-        g.bind().map_err(merr)?;
         let vocab = self.c.vocab_size;
         let pos0 = st.pos;
         let mut out = vec![0f32; tokens.len() * vocab];
