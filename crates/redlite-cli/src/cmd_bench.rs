@@ -671,7 +671,8 @@ fn draft_test(model: &Model, args: &Args) -> Result<Vec<SpecRun>> {
         max_draft: args.draft_max,
         ..LookupParams::default()
     };
-    let mut configs: Vec<(&'static str, Option<DraftSource>)> = vec![("plain", None)];
+    // Each configuration's generation parameters: plain, then each draft source.
+    let mut configs: Vec<(&'static str, GenerateParams)> = vec![("plain", plain.clone())];
     for d in &args.draft {
         let src = match d {
             Draft::Replay => DraftSource::Replay(reference.tokens.clone()),
@@ -681,24 +682,24 @@ fn draft_test(model: &Model, args: &Args) -> Result<Vec<SpecRun>> {
             },
             Draft::Lookup => DraftSource::Lookup,
         };
-        configs.push((d.name(), Some(src)));
+        let p = GenerateParams {
+            lookup: Some(lookup.clone()),
+            draft_source: src,
+            ..plain.clone()
+        };
+        configs.push((d.name(), p));
     }
     let mut samples = vec![Vec::new(); configs.len()];
     let mut counts = vec![(0, 0, 0); configs.len()];
     // With a profiling device, each configuration's kernels are timed on its
-    // own (after the interleaved runs, once each).
+    // own (once each, before the interleaved runs).
     let profiling = model.device().is_some_and(|d| {
         d.profile();
         std::env::var_os("REDLITE_CUDA_PROFILE").is_some_and(|v| v != "0")
     });
     if profiling {
-        for (name, src) in &configs {
-            let p = GenerateParams {
-                lookup: src.as_ref().map(|_| lookup.clone()),
-                draft_source: src.clone().unwrap_or(DraftSource::Lookup),
-                ..plain.clone()
-            };
-            let g = generate(model, &tok, &prompt, &p, |_, _| {}, |_| {})?;
+        for (name, p) in &configs {
+            let g = generate(model, &tok, &prompt, p, |_, _| {}, |_| {})?;
             print_profile(
                 model,
                 &format!(
@@ -710,14 +711,9 @@ fn draft_test(model: &Model, args: &Args) -> Result<Vec<SpecRun>> {
         }
     }
     for rep in 0..args.repeat {
-        for (i, (name, src)) in configs.iter().enumerate() {
+        for (i, (name, p)) in configs.iter().enumerate() {
             eprintln!("speculative decoding test: {name}, run {}", rep + 1);
-            let p = GenerateParams {
-                lookup: src.as_ref().map(|_| lookup.clone()),
-                draft_source: src.clone().unwrap_or(DraftSource::Lookup),
-                ..plain.clone()
-            };
-            let g = generate(model, &tok, &prompt, &p, |_, _| {}, |_| {})?;
+            let g = generate(model, &tok, &prompt, p, |_, _| {}, |_| {})?;
             if g.tokens != reference.tokens {
                 bail!("{name} drafts: the output differs from plain greedy decoding");
             }

@@ -382,15 +382,21 @@ impl Uploader<'_> {
             .map_err(merr)
     }
 
-    fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
-        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
-        let kern = MvKernels {
+    /// The matrix-vector kernels of a matrix (or expert stack) of `ty`.
+    fn mv_kernels(&self, ty: GgmlType, n_in: usize, name: &str) -> Result<MvKernels, ModelError> {
+        let k = |kind| self.kernel(kind, ty, n_in, name);
+        Ok(MvKernels {
             mv: k("mv")?,
             mv1: k("mv1")?,
             mvn: k("mvn")?,
             mvgu: k("mvgu")?,
             router: k("router")?,
-        };
+        })
+    }
+
+    fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
+        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
+        let kern = self.mv_kernels(m.ty, m.n_in, name)?;
         let mm = k("mm")?;
         let parts = redlite_model::weights::qmats(self.f, m)?;
         let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
@@ -419,13 +425,7 @@ impl Uploader<'_> {
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
         let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
-        let kern = MvKernels {
-            mv: k("mv")?,
-            mv1: k("mv1")?,
-            mvn: k("mvn")?,
-            mvgu: k("mvgu")?,
-            router: k("router")?,
-        };
+        let kern = self.mv_kernels(x.ty, x.n_in, name)?;
         let (mvg, mmg) = (k("mvg")?, k("mmg")?);
         let base = match self.tensors.get(&x.tensor) {
             Some(&p) => p,
