@@ -407,6 +407,19 @@ __device__ __forceinline__ void mv1_stage_x(float* xs, float* xsum8, const float
     __syncthreads();
 }
 
+// Where a warp's MV1_R rows from row0 start in a matrix at base (rows past
+// n_out repeat the first, and a warp past the end reads row 0: its loads are
+// harmless and its results unused); returns the rows it really has.
+__device__ __forceinline__ int mv1_row_src(const uint8_t* base, u64 row_bytes, int row0,
+                                           int n_out, const uint8_t** src) {
+    bool live = row0 < n_out;
+    int nr = live ? min(MV1_R, n_out - row0) : 1;
+    const uint8_t* W0 = base + (u64)(live ? row0 : 0) * row_bytes;
+#pragma unroll
+    for (int r = 0; r < MV1_R; r++) src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;
+    return nr;
+}
+
 // One warp's MV1_R rows (row r's bytes at src[r]; rows r >= nr repeat row 0)
 // against the staged input: acc[r] = Σ over the lane's chunks of dot8_T.
 // mv1_issue_T requests the segment of blocks from b0 into the warp's staging
@@ -463,12 +476,9 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
         const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
         bool live = row0 < n_out;                                                           \
-        int nr = live ? min(MV1_R, n_out - row0) : 1;                                       \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
-        const uint8_t* W0 = W + e * w_zstride + (u64)(live ? row0 : 0) * row_bytes;         \
         const uint8_t* src[MV1_R];                                                          \
-        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
-            src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;                                \
+        int nr = mv1_row_src(W + e * w_zstride, row_bytes, row0, n_out, src);               \
         int shift[MV1_R];                                                                   \
         if (live)                                                                           \
             mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
@@ -569,11 +579,8 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
         int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
         int z = blockIdx.z;                                                                 \
         bool live = row0 < ne;                                                              \
-        int nr = live ? min(MV1_R, ne - row0) : 1;                                          \
-        const uint8_t* W0 = W + (u64)(live ? row0 : 0) * row_bytes;                         \
         const uint8_t* src[MV1_R];                                                          \
-        _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
-            src[r] = W0 + (u64)(r < nr ? r : 0) * row_bytes;                                \
+        int nr = mv1_row_src(W, row_bytes, row0, ne, src);                                  \
         int shift[MV1_R];                                                                   \
         if (live)                                                                           \
             mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
