@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use redlite_quant::q16::{Q16Act, Q16Kernels};
+use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
 use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
 use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat};
@@ -228,15 +228,15 @@ fn rows_q16(w: &QMat<'_>, k: &Q16Kernels, a: &Q16Act, n_tok: usize, y: &mut [f32
         });
         return;
     }
+    // Every token's dot of a row in one call, which unpacks each weight
+    // block once for all of them (the results are the single-token dot's).
+    let xs: Vec<_> = (0..n_tok).map(|t| a.row(t, n_in)).collect();
     let mut yt = vec![0f32; n_out * n_tok];
     yt.par_chunks_mut(ROW_TILE * n_tok)
         .enumerate()
         .for_each(|(ci, ys)| {
             for (r, yr) in ys.chunks_mut(n_tok).enumerate() {
-                let row = w.row(ci * ROW_TILE + r);
-                for (t, yo) in yr.iter_mut().enumerate() {
-                    *yo = (k.dot)(row, a.row(t, n_in));
-                }
+                (k.dot_n)(w.row(ci * ROW_TILE + r), &xs, yr);
             }
         });
     transpose_into(&yt, n_out, n_tok, y);
@@ -331,29 +331,83 @@ fn matmul_multi_q16(jobs: &mut [MatJob<'_, '_>]) {
                 which.push(Some(idx));
             }
         }
-        // One-token jobs: tiles of output rows, written in place. Jobs of
-        // several tokens: one product each (outputs are token-major).
+        // Tiles of output rows over every job, in one parallel region.
+        // One-token jobs write their rows in place; jobs of several tokens
+        // write row-major into a buffer of their own (each row's dots in
+        // one multi-token call), transposed into the token-major output
+        // afterwards.
         let acts = &*acts;
-        let mut tiles: Vec<(QMat<'_>, &Q16Kernels, usize, usize, &mut [f32])> = Vec::new();
-        for (j, w) in jobs.iter_mut().zip(&which) {
-            let (Some(a), Some(k)) = (*w, j.w.q16()) else {
-                continue;
-            };
-            if j.n_tok != 1 {
-                rows_q16(&j.w, k, &acts[a], j.n_tok, j.y);
-                continue;
+        // Each several-token job's per-token views, made once for its tiles.
+        let views: Vec<Vec<Q16Ref<'_>>> = jobs
+            .iter()
+            .zip(&which)
+            .map(|(j, w)| match w {
+                Some(a) if j.n_tok > 1 => (0..j.n_tok).map(|i| acts[*a].row(i, j.w.n_in)).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut bufs: Vec<Vec<f32>> = jobs
+            .iter()
+            .zip(&which)
+            .map(|(j, w)| match w {
+                Some(_) if j.n_tok > 1 => vec![0f32; j.n_tok * j.w.n_out],
+                _ => Vec::new(),
+            })
+            .collect();
+        {
+            let mut tiles: Vec<MultiTile<'_, '_>> = Vec::new();
+            let jobs_out = jobs.iter_mut().zip(&which).zip(bufs.iter_mut()).zip(&views);
+            for (((j, w), buf), xs) in jobs_out {
+                let (Some(a), Some(k)) = (*w, j.w.q16()) else {
+                    continue;
+                };
+                let n_tok = j.n_tok;
+                if n_tok == 0 {
+                    continue;
+                }
+                let out: &mut [f32] = if n_tok == 1 { &mut *j.y } else { buf };
+                for (ci, ys) in out.chunks_mut(MULTI_TILE * n_tok).enumerate() {
+                    tiles.push(MultiTile {
+                        w: j.w,
+                        k,
+                        a,
+                        xs,
+                        r0: ci * MULTI_TILE,
+                        ys,
+                    });
+                }
             }
-            for (ci, ys) in j.y.chunks_mut(MULTI_TILE).enumerate() {
-                tiles.push((j.w, k, a, ci * MULTI_TILE, ys));
+            tiles.par_iter_mut().for_each(|t| {
+                if t.xs.is_empty() {
+                    let xv = acts[t.a].view();
+                    for (r, yo) in t.ys.iter_mut().enumerate() {
+                        *yo = (t.k.dot)(t.w.row(t.r0 + r), xv);
+                    }
+                } else {
+                    for (r, yr) in t.ys.chunks_mut(t.xs.len()).enumerate() {
+                        (t.k.dot_n)(t.w.row(t.r0 + r), t.xs, yr);
+                    }
+                }
+            });
+        }
+        for (j, buf) in jobs.iter_mut().zip(&bufs) {
+            if !buf.is_empty() {
+                transpose_into(buf, j.w.n_out, j.n_tok, j.y);
             }
         }
-        tiles.par_iter_mut().for_each(|(w, k, a, r0, ys)| {
-            let xv = acts[*a].view();
-            for (r, yo) in ys.iter_mut().enumerate() {
-                *yo = (k.dot)(w.row(*r0 + r), xv);
-            }
-        });
     })
+}
+
+/// Rows `r0 ..` of one job of a multi-product region: outputs in place (one
+/// token: input `a`, `xs` empty) or row-major (the tokens' views `xs`, one
+/// output each per row).
+struct MultiTile<'w, 'y> {
+    w: QMat<'w>,
+    k: &'w Q16Kernels,
+    a: usize,
+    xs: &'w [Q16Ref<'w>],
+    r0: usize,
+    ys: &'y mut [f32],
 }
 
 /// RMSNorm of one row (sum of squares in f64).
@@ -993,6 +1047,99 @@ mod tests {
                         y[tt * n_out + o].to_bits(),
                         y1[o].to_bits(),
                         "T={t} ({tt},{o})"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Random blocks of `ty` with finite, small f16 scales at `scale_at`
+    /// (byte offsets within each block).
+    fn random_quant(r: &mut Rng, ty: GgmlType, n: usize, scale_at: &[usize]) -> Vec<u8> {
+        let bs = ty.type_size();
+        let blocks = n / ty.block_size();
+        let mut v: Vec<u8> = (0..blocks * bs)
+            .map(|_| (r.f() * 128.0 + 128.0) as u8)
+            .collect();
+        for blk in v.chunks_exact_mut(bs) {
+            for &o in scale_at {
+                let d = half::f16::from_f32(0.002 + 0.01 * (r.f() + 1.0));
+                blk[o..o + 2].copy_from_slice(&d.to_bits().to_le_bytes());
+            }
+        }
+        v
+    }
+
+    /// One multi-product region (no-token, one-token and several-token jobs,
+    /// shared and separate inputs, a type without integer kernels, more tokens than
+    /// one multi-token dot takes) gives every job exactly its own
+    /// `matmul_rows`, and that equals batch-one products token by token.
+    #[test]
+    fn matmul_multi_equals_each_product_bit_for_bit() {
+        let be = backend().with_activations(Activations::Int16);
+        let n_in = 512;
+        let mut r = Rng(11);
+        let q4 = random_quant(&mut r, GgmlType::Q4_K, n_in * 70, &[0, 2]);
+        let q5 = random_quant(&mut r, GgmlType::Q5_K, n_in * 33, &[0, 2]);
+        let q6 = random_quant(&mut r, GgmlType::Q6_K, n_in * 40, &[208]);
+        let q8 = random_quant(&mut r, GgmlType::Q8_0, n_in * 9, &[0]);
+        let bf = bf16_bytes(&r.vec(n_in * 5));
+        let mats = [
+            QMat::new(GgmlType::Q4_K, n_in, 70, &q4).expect("q4"),
+            QMat::new(GgmlType::Q5_K, n_in, 33, &q5).expect("q5"),
+            QMat::new(GgmlType::Q6_K, n_in, 40, &q6).expect("q6"),
+            QMat::new(GgmlType::Q8_0, n_in, 9, &q8).expect("q8"),
+            QMat::new(GgmlType::BF16, n_in, 5, &bf).expect("bf16"),
+        ];
+        let x1 = r.vec(n_in);
+        let x3 = r.vec(3 * n_in);
+        let x20 = r.vec(20 * n_in);
+        // (matrix, input, tokens)
+        let plan: [(usize, &[f32], usize); 9] = [
+            (0, &[], 0),
+            (0, &x1, 1),
+            (0, &x3, 3),
+            (1, &x3, 3),
+            (2, &x20, 20),
+            (3, &x3, 3),
+            (4, &x3, 3),
+            (2, &x1, 1),
+            (1, &x20, 20),
+        ];
+        let mut outs: Vec<Vec<f32>> = plan
+            .iter()
+            .map(|&(m, _, t)| vec![f32::NAN; t * mats[m].n_out])
+            .collect();
+        {
+            let mut jobs: Vec<MatJob<'_, '_>> = plan
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(&(m, x, t), y)| MatJob {
+                    w: mats[m],
+                    x,
+                    n_tok: t,
+                    y,
+                })
+                .collect();
+            be.matmul_multi(&mut jobs);
+        }
+        for (i, (&(m, x, t), got)) in plan.iter().zip(&outs).enumerate() {
+            let w = &mats[m];
+            let mut want = vec![0f32; t * w.n_out];
+            be.matmul_rows(w, x, t, &mut want);
+            for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), e.to_bits(), "job {i} ({}) value {k}", w.ty);
+            }
+            for tt in 0..t {
+                let mut one = vec![0f32; w.n_out];
+                be.matmul(w, &x[tt * n_in..(tt + 1) * n_in], 1, &mut one);
+                for (o, e) in one.iter().enumerate() {
+                    let g = want[tt * w.n_out + o];
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "job {i} ({}) token {tt} row {o}",
+                        w.ty
                     );
                 }
             }

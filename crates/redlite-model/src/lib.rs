@@ -78,6 +78,19 @@ pub fn is_expert_tensor(name: &str) -> bool {
     name.starts_with("blk.") && name.ends_with("_exps.weight")
 }
 
+/// Bytes of a file's routed-expert tensors and of all its other tensors.
+pub fn expert_split(f: &redlite_gguf::GgufFile) -> (u64, u64) {
+    let (mut experts, mut other) = (0u64, 0u64);
+    for t in &f.tensors {
+        if is_expert_tensor(&t.name) {
+            experts += t.n_bytes;
+        } else {
+            other += t.n_bytes;
+        }
+    }
+    (experts, other)
+}
+
 /// Receives named intermediate tensors during a forward pass (llama.cpp
 /// callback names, e.g. `attn_norm-3`): `data` is `[rows, cols]` row-major.
 pub trait Trace {

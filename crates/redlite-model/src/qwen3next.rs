@@ -14,6 +14,7 @@
 //! cache. Activations are f32 everywhere.
 
 use redlite_backend::{AttnShape, Backend, DeltaInputs};
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::rope;
@@ -299,14 +300,75 @@ impl Segs<'_> {
 /// The DeltaNet conv and recurrent states after each token of an exact
 /// multi-token forward ([`crate::Model::forward_verify`]), so the sequence
 /// can be rolled back to any of those positions.
-#[derive(Debug, Default)]
+///
+/// The conv windows (small) are kept after every token. The recurrent
+/// states (2 MiB a layer) are not: the trail keeps each layer's state before
+/// the first token and the delta rule's inputs, and a rollback replays the
+/// kept tokens' steps with the same kernel, which gives the same state bit
+/// for bit. A pass whose drafts are all accepted never rolls back, so it
+/// pays one copy per layer instead of one per token.
+#[derive(Default)]
 pub struct Trail {
     pos0: usize,
     n: usize,
-    /// `[layer][token]` → (conv, ssm); empty for attention layers.
-    layers: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+    /// Per layer; `None` for attention layers.
+    layers: Vec<Option<LayerTrail>>,
+    /// The backend that ran the pass (the one a rollback replays with).
+    be: Option<Arc<dyn Backend>>,
     /// A device's trail (see [`crate::DeviceForward::verify`]).
     dev: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Trail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trail")
+            .field("pos0", &self.pos0)
+            .field("n", &self.n)
+            .field("device", &self.dev.is_some())
+            .finish()
+    }
+}
+
+/// One DeltaNet layer's part of a [`Trail`].
+#[derive(Default)]
+struct LayerTrail {
+    /// Conv window after each token.
+    conv: Vec<Vec<f32>>,
+    /// Recurrent state before the first token.
+    ssm0: Vec<f32>,
+    /// The delta rule's per-token inputs, token-major, and the head shapes.
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    beta: Vec<f32>,
+    g: Vec<f32>,
+    dims: [usize; 4],
+}
+
+impl LayerTrail {
+    /// The recurrent state after the first `keep` tokens, into `ssm`: the
+    /// state before them, then their steps replayed one by one.
+    fn replay(&self, be: &dyn Backend, keep: usize, ssm: &mut [f32]) {
+        let [hk, hv, dk, dv] = self.dims;
+        let (kd, vd) = (hk * dk, hv * dv);
+        ssm.copy_from_slice(&self.ssm0);
+        let mut out = vec![0f32; vd];
+        for a in 0..keep {
+            let inp = DeltaInputs {
+                q: &self.q[a * kd..(a + 1) * kd],
+                k: &self.k[a * kd..(a + 1) * kd],
+                v: &self.v[a * vd..(a + 1) * vd],
+                beta: &self.beta[a * hv..(a + 1) * hv],
+                g: &self.g[a * hv..(a + 1) * hv],
+                n_tok: 1,
+                h_k: hk,
+                h_v: hv,
+                d_k: dk,
+                d_v: dv,
+            };
+            be.delta_rule_recurrent(&inp, ssm, &mut out);
+        }
+    }
 }
 
 impl Trail {
@@ -344,12 +406,17 @@ impl State {
             })?;
             return d.rollback(saved, keep, pos);
         }
+        let be = trail.be.as_deref().ok_or_else(|| {
+            ModelError::Input("the trail was made on a device, not on the CPU".into())
+        })?;
         for (l, saved) in self.layers.iter_mut().zip(&trail.layers) {
             match l {
                 LayerState::DeltaNet { conv, ssm } => {
-                    let (c, s) = &saved[keep - 1];
-                    conv.copy_from_slice(c);
-                    ssm.copy_from_slice(s);
+                    let lt = saved.as_ref().ok_or_else(|| {
+                        ModelError::Input("the trail has no record of a DeltaNet layer".into())
+                    })?;
+                    conv.copy_from_slice(&lt.conv[keep - 1]);
+                    lt.replay(be, keep, ssm);
                 }
                 LayerState::Attention { k, v } => {
                     let per = k.len() / self.pos.max(1);
@@ -570,6 +637,7 @@ pub(crate) fn forward_verify(
             pos0,
             n: tokens.len(),
             layers: Vec::new(),
+            be: None,
             dev: Some(saved),
         };
         return Ok((logits, trail));
@@ -577,7 +645,8 @@ pub(crate) fn forward_verify(
     let mut trail = Trail {
         pos0: state.pos,
         n: tokens.len(),
-        layers: vec![Vec::new(); model.config.n_layer],
+        layers: (0..model.config.n_layer).map(|_| None).collect(),
+        be: Some(model.backend.clone()),
         dev: None,
     };
     let logits = forward_segments(
@@ -654,7 +723,9 @@ fn forward_segments(
                         _ => return Err(wrong_kind(il)),
                     }
                 }
-                let rec = trail.as_deref_mut().map(|t| &mut t.layers[il]);
+                let rec = trail
+                    .as_deref_mut()
+                    .map(|t| t.layers[il].get_or_insert_with(LayerTrail::default));
                 deltanet(model, dw, &mut ls, &h, &segs, il, &mut tr, rec)?
             }
             Mixer::Attention(aw) => {
@@ -719,7 +790,7 @@ fn deltanet(
     segs: &Segs<'_>,
     il: usize,
     tr: &mut Tr<'_>,
-    mut record: Option<&mut Vec<(Vec<f32>, Vec<f32>)>>,
+    mut record: Option<&mut LayerTrail>,
 ) -> Result<Vec<f32>, ModelError> {
     let t = h.len() / model.config.n_embd;
     let ex = segs.exact;
@@ -772,7 +843,7 @@ fn deltanet(
                 &mut u[a * conv_dim..(a + step) * conv_dim],
             );
             if let Some(rec) = record.as_deref_mut() {
-                rec.push((states[i].0.clone(), Vec::new()));
+                rec.conv.push(states[i].0.clone());
             }
         }
     }
@@ -795,7 +866,22 @@ fn deltanet(
     tr.put("k_conv_predelta", Some(il), t, &k);
     tr.put("v_conv_predelta", Some(il), t, &v);
 
-    // Gated delta rule, one state per value head.
+    // Gated delta rule, one state per value head. A trail (one sequence)
+    // keeps the state before the first token and the rule's inputs.
+    if let Some(rec) = record {
+        if states.len() != 1 {
+            return Err(ModelError::Input(
+                "a verify trail covers one sequence".into(),
+            ));
+        }
+        rec.ssm0 = states[0].1.clone();
+        rec.q = q.clone();
+        rec.k = k.clone();
+        rec.v = v.clone();
+        rec.beta = beta.clone();
+        rec.g = g.clone();
+        rec.dims = [hk, hv, dk, dv];
+    }
     let mut o = vec![0f32; t * value_dim];
     for (i, s0, n) in segs.iter() {
         let step = if ex { 1 } else { n };
@@ -817,9 +903,6 @@ fn deltanet(
                 be.delta_rule_recurrent(&inp, states[i].1, out);
             } else {
                 be.delta_rule_chunked(&inp, states[i].1, out);
-            }
-            if let Some(rec) = record.as_deref_mut() {
-                rec[a - s0].1 = states[i].1.clone();
             }
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! `cargo run --release -p redlite-quant --example q16_bench [MIB]`: rows of
 //! 2048 values, MIB mebibytes of weights per type (default 64: beyond the
-//! caches; use 1 for the kernels' compute speed alone).
+//! caches; use 1 for the kernels' compute speed alone). The last column
+//! is the multi-token dot (`dot_n`, 9 tokens, as a speculative verify pass
+//! runs it) against nine single-token dots over the same rows.
 
 use redlite_quant::q16::{self, Q16Act};
 use redlite_quant::GgmlType;
@@ -77,7 +79,33 @@ fn main() {
             sink += u.w[7] as f32;
         }
         let t_unpack = t.elapsed().as_secs_f64();
+        // Nine tokens: one dot_n per row against nine dots.
+        let nt = 9;
+        let xs9: Vec<f32> = (0..nt * n)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0)
+            .collect();
+        let mut a9 = Q16Act::default();
+        a9.quantize(&xs9);
+        let views: Vec<_> = (0..nt).map(|t| a9.row(t, n)).collect();
+        let mut out = vec![0f32; nt];
+        let mut best9 = [f64::MAX; 2];
+        for _ in 0..reps {
+            let t = Instant::now();
+            for r in 0..rows {
+                for v in &views {
+                    sink += (k.dot)(&data[r * rb..(r + 1) * rb], *v);
+                }
+            }
+            best9[0] = best9[0].min(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            for r in 0..rows {
+                (k.dot_n)(&data[r * rb..(r + 1) * rb], &views, &mut out);
+                sink += out[nt - 1];
+            }
+            best9[1] = best9[1].min(t.elapsed().as_secs_f64());
+        }
         let gb = (rows * rb) as f64 / 1e9;
+        print!("9 tokens: dot_n {:5.2}x nine dots | ", best9[0] / best9[1]);
         print!("unpack alone {:6.2} GB/s | ", gb / t_unpack);
         println!(
             "{:>7}: f32 {:6.2} GB/s   q16 {:6.2} GB/s   ({:.2}x)  [{}]",

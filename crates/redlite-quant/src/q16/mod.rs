@@ -27,6 +27,9 @@ use crate::GgmlType;
 
 /// Values per super-block (and per activation scale).
 pub const QK: usize = 256;
+/// Tokens a multi-token dot handles per pass over a weight row (more are
+/// taken in groups of this many).
+pub const NMAX: usize = 16;
 /// Largest activation magnitude after quantization.
 pub const XMAX: f32 = 16383.0;
 
@@ -65,7 +68,16 @@ pub struct Q16Act {
     /// signed bytes, for kernels that multiply bytes (`vpmaddubsw`).
     pub h: Vec<i8>,
     pub l: Vec<i8>,
+    /// `q` with each 32 values reordered as their even 32-bit pairs, then
+    /// their odd ones ([`PAIR_ORDER`]): the layout in which one widening
+    /// dot per 32 values adds products into the same 32-bit lanes as the
+    /// byte-plane Q4_K / Q5_K kernel does (for the multi-token kernel).
+    pub p: Vec<i16>,
 }
+
+/// The order of the `p` plane: value pair `PAIR_ORDER[i]` (of 16 pairs in a
+/// 32-value sub-block) goes to pair position `i`.
+pub const PAIR_ORDER: [usize; 16] = [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15];
 
 /// A borrowed view of quantized activations (one vector, or a run of blocks).
 #[derive(Clone, Copy)]
@@ -75,6 +87,7 @@ pub struct Q16Ref<'a> {
     pub sums: &'a [i32],
     pub h: &'a [i8],
     pub l: &'a [i8],
+    pub p: &'a [i16],
 }
 
 impl Q16Act {
@@ -102,6 +115,7 @@ impl Q16Act {
         } else {
             self.h.clear();
             self.l.clear();
+            self.p.clear();
         }
         finite
     }
@@ -127,8 +141,15 @@ impl Q16Act {
         self.quantize_opt(x, false)
     }
 
-    /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127).
+    /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127), and `p`.
     fn split(&mut self) {
+        self.p.resize(self.q.len(), 0);
+        for (pc, qc) in self.p.chunks_exact_mut(32).zip(self.q.chunks_exact(32)) {
+            for (i, &src) in PAIR_ORDER.iter().enumerate() {
+                pc[2 * i] = qc[2 * src];
+                pc[2 * i + 1] = qc[2 * src + 1];
+            }
+        }
         self.h.resize(self.q.len(), 0);
         self.l.resize(self.q.len(), 0);
         for ((q, h), l) in self.q.iter().zip(self.h.iter_mut()).zip(self.l.iter_mut()) {
@@ -182,6 +203,7 @@ impl Q16Act {
             sums: &self.sums,
             h: &self.h,
             l: &self.l,
+            p: &self.p,
         }
     }
 
@@ -194,6 +216,7 @@ impl Q16Act {
             sums: &self.sums[t * nb * 8..(t + 1) * nb * 8],
             h: &self.h[t * n..(t + 1) * n],
             l: &self.l[t * n..(t + 1) * n],
+            p: &self.p[t * n..(t + 1) * n],
         }
     }
 }
@@ -202,6 +225,11 @@ impl Q16Act {
 pub type UnpackFn = fn(blk: &[u8], u: &mut Unpacked);
 /// Dot of whole super-blocks of weights with quantized activations.
 pub type DotQ16Fn = fn(data: &[u8], x: Q16Ref<'_>) -> f32;
+
+/// The dot of one weight row with several tokens' activations:
+/// `out[t] = dot(data, xs[t])` bit for bit, each weight block unpacked once
+/// for all of them (`out.len() == xs.len()`).
+pub type DotNQ16Fn = fn(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]);
 
 /// The integer kernels of one tensor type.
 #[derive(Clone, Copy)]
@@ -221,6 +249,8 @@ pub struct Q16Kernels {
     pub dot_scalar: DotQ16Fn,
     /// The fastest dot on this CPU.
     pub dot: DotQ16Fn,
+    /// `dot` over several tokens at once (same results, one unpack).
+    pub dot_n: DotNQ16Fn,
 }
 
 /// The scalar dot over unpacked blocks: the reference the SIMD drivers are
@@ -453,6 +483,83 @@ pub(crate) mod x86 {
         finite
     }
 
+    /// One super-block of the AVX-512 driver for one token: the integer dot
+    /// of the unpacked weights `u` with block `b` of `x`, scaled into the
+    /// token's accumulators. The single- and multi-token drivers both run
+    /// exactly this, so their results agree bit for bit.
+    #[inline(always)]
+    unsafe fn block512<U: Unpack, const VNNI: bool>(
+        u: &Unpacked,
+        x: &Q16Ref<'_>,
+        b: usize,
+        acc: &mut [__m256; 2],
+        accm: &mut __m256,
+    ) {
+        let xq = x.q.as_ptr().add(b * QK);
+        let wp = u.w.as_ptr();
+        let dx = *x.d.get_unchecked(b);
+        if U::UNIFORM {
+            // Four independent integer chains (the dot's latency, not
+            // its throughput, bounds a single chain).
+            let mut is = [_mm256_setzero_si256(); 4];
+            for j in 0..16 {
+                let w0 = _mm256_load_si256(wp.add(16 * j) as *const _);
+                let x0 = _mm256_loadu_si256(xq.add(16 * j) as *const _);
+                is[j % 4] = if VNNI {
+                    _mm256_dpwssd_epi32(is[j % 4], w0, x0)
+                } else {
+                    _mm256_add_epi32(is[j % 4], _mm256_madd_epi16(w0, x0))
+                };
+            }
+            let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(is[0]), _mm256_cvtepi32_ps(is[1]));
+            let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(is[2]), _mm256_cvtepi32_ps(is[3]));
+            acc[b % 2] = _mm256_fmadd_ps(
+                _mm256_add_ps(s01, s23),
+                _mm256_set1_ps(u.s[0] * dx),
+                acc[b % 2],
+            );
+        } else {
+            for j in 0..8 {
+                let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                let is = if VNNI {
+                    _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+                } else {
+                    _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
+                };
+                acc[j % 2] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(is),
+                    _mm256_set1_ps(u.s[j] * dx),
+                    acc[j % 2],
+                );
+            }
+        }
+        if U::MIN {
+            mins_step(&u.m, x, b, dx, accm);
+        }
+    }
+
+    /// The offsets' part of block `b` for one token (types with a minimum):
+    /// `accm += (m · dx) ⊙ Σq` per 32 values. Every driver's block step ends
+    /// with it.
+    #[inline(always)]
+    unsafe fn mins_step(m: &[f32; 8], x: &Q16Ref<'_>, b: usize, dx: f32, accm: &mut __m256) {
+        let mm = _mm256_mul_ps(_mm256_load_ps(m.as_ptr()), _mm256_set1_ps(dx));
+        let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+            x.sums.as_ptr().add(8 * b) as *const __m256i
+        ));
+        *accm = _mm256_fmadd_ps(mm, sv, *accm);
+    }
+
+    /// The AVX-512 driver's final sum of one token's accumulators (its two
+    /// chains added, then as the AVX2 driver finishes).
+    #[inline(always)]
+    unsafe fn finish512<U: Unpack>(acc: &[__m256; 2], accm: __m256) -> f32 {
+        finish_avx2::<U>(_mm256_add_ps(acc[0], acc[1]), accm)
+    }
+
     /// The body of the AVX-512 driver; inlined into wrappers that enable
     /// the target features (with or without VNNI). It works on 256-bit
     /// vectors: the unpackers store 256-bit halves, and a 512-bit load
@@ -466,61 +573,184 @@ pub(crate) mod x86 {
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
-            let xq = x.q.as_ptr().add(b * QK);
-            let wp = u.w.as_ptr();
-            let dx = *x.d.get_unchecked(b);
-            if U::UNIFORM {
-                // Four independent integer chains (the dot's latency, not
-                // its throughput, bounds a single chain).
-                let mut is = [_mm256_setzero_si256(); 4];
-                for j in 0..16 {
-                    let w0 = _mm256_load_si256(wp.add(16 * j) as *const _);
-                    let x0 = _mm256_loadu_si256(xq.add(16 * j) as *const _);
-                    is[j % 4] = if VNNI {
-                        _mm256_dpwssd_epi32(is[j % 4], w0, x0)
-                    } else {
-                        _mm256_add_epi32(is[j % 4], _mm256_madd_epi16(w0, x0))
-                    };
-                }
-                let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(is[0]), _mm256_cvtepi32_ps(is[1]));
-                let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(is[2]), _mm256_cvtepi32_ps(is[3]));
-                acc[b % 2] = _mm256_fmadd_ps(
-                    _mm256_add_ps(s01, s23),
-                    _mm256_set1_ps(u.s[0] * dx),
-                    acc[b % 2],
-                );
+            block512::<U, VNNI>(&u, &x, b, &mut acc, &mut accm);
+        }
+        finish512::<U>(&acc, accm)
+    }
+
+    /// One super-block for one token as [`block512`] computes it, with the
+    /// unpacked weights already in eight 512-bit registers (`w[i]` = values
+    /// `32i .. 32i + 32`): each 512-bit widening dot fills the two 256-bit
+    /// integer chains that [`block512`] fills with two, so every 32-bit
+    /// lane holds the same integer and the f32 steps are the same.
+    #[inline(always)]
+    unsafe fn block512_z<U: Unpack, const VNNI: bool>(
+        w: &[__m512i; 8],
+        s: &[f32; 8],
+        m: &[f32; 8],
+        x: &Q16Ref<'_>,
+        b: usize,
+        acc: &mut [__m256; 2],
+        accm: &mut __m256,
+    ) {
+        let xq = x.q.as_ptr().add(b * QK);
+        let dx = *x.d.get_unchecked(b);
+        let dot = |z: __m512i, w: __m512i, x: __m512i| {
+            if VNNI {
+                _mm512_dpwssd_epi32(z, w, x)
             } else {
-                for j in 0..8 {
-                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
-                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
-                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
-                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
-                    let is = if VNNI {
-                        _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
-                    } else {
-                        _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
-                    };
-                    acc[j % 2] = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(is),
-                        _mm256_set1_ps(u.s[j] * dx),
-                        acc[j % 2],
-                    );
+                _mm512_add_epi32(z, _mm512_madd_epi16(w, x))
+            }
+        };
+        let lo = _mm512_castsi512_si256;
+        let hi = _mm512_extracti64x4_epi64::<1>;
+        if U::UNIFORM {
+            // Chains 0|1 and 2|3 of block512 (16-value chunk j goes to chain j % 4).
+            let mut za = _mm512_setzero_si512();
+            let mut zb = _mm512_setzero_si512();
+            for i in 0..4 {
+                za = dot(za, w[2 * i], _mm512_loadu_si512(xq.add(64 * i) as *const _));
+                zb = dot(
+                    zb,
+                    w[2 * i + 1],
+                    _mm512_loadu_si512(xq.add(64 * i + 32) as *const _),
+                );
+            }
+            let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(lo(za)), _mm256_cvtepi32_ps(hi(za)));
+            let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(lo(zb)), _mm256_cvtepi32_ps(hi(zb)));
+            acc[b % 2] = _mm256_fmadd_ps(
+                _mm256_add_ps(s01, s23),
+                _mm256_set1_ps(s[0] * dx),
+                acc[b % 2],
+            );
+        } else {
+            for (j, &wj) in w.iter().enumerate() {
+                let z = dot(
+                    _mm512_setzero_si512(),
+                    wj,
+                    _mm512_loadu_si512(xq.add(32 * j) as *const _),
+                );
+                let is = _mm256_add_epi32(lo(z), hi(z));
+                acc[j % 2] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(is),
+                    _mm256_set1_ps(s[j] * dx),
+                    acc[j % 2],
+                );
+            }
+        }
+        if U::MIN {
+            mins_step(m, x, b, dx, accm);
+        }
+    }
+
+    /// [`body512`] for up to [`NMAX`] tokens: each super-block unpacked once
+    /// into registers, then every token's block step ([`block512_z`], the
+    /// same integers and f32 steps as the single-token driver).
+    #[inline(always)]
+    unsafe fn body512_n<U: Unpack, const VNNI: bool>(
+        data: &[u8],
+        xs: &[Q16Ref<'_>],
+        out: &mut [f32],
+    ) {
+        let n = xs.len().min(NMAX);
+        let mut u = Unpacked::default();
+        let mut acc = [[_mm256_setzero_ps(); 2]; NMAX];
+        let mut accm = [_mm256_setzero_ps(); NMAX];
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for (i, wi) in w.iter_mut().enumerate() {
+                *wi = _mm512_load_si512(u.w.as_ptr().add(32 * i) as *const _);
+            }
+            for t in 0..n {
+                if U::UNIFORM {
+                    block512_z::<U, VNNI>(&w, &u.s, &u.m, &xs[t], b, &mut acc[t], &mut accm[t]);
+                } else {
+                    // Eight scales: the 256-bit steps measured no slower.
+                    block512::<U, VNNI>(&u, &xs[t], b, &mut acc[t], &mut accm[t]);
                 }
             }
-            if U::MIN {
-                let m = _mm256_mul_ps(_mm256_load_ps(u.m.as_ptr()), _mm256_set1_ps(dx));
-                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                    x.sums.as_ptr().add(8 * b) as *const __m256i
-                ));
-                accm = _mm256_fmadd_ps(m, s, accm);
-            }
         }
-        let r = crate::util::hsum256(_mm256_add_ps(acc[0], acc[1]));
-        if U::MIN {
-            r - crate::util::hsum256(accm)
+        for t in 0..n {
+            out[t] = finish512::<U>(&acc[t], accm[t]);
+        }
+    }
+
+    /// One Q4_K / Q5_K super-block made ready for [`kb_apply`]: the 4- or
+    /// 5-bit quants of each 32 as bytes, the integer sub-block scales and
+    /// minima, and the two f16 scales.
+    struct KbBlock {
+        q: [__m256i; 8],
+        sc: [u8; 8],
+        m: [u8; 8],
+        d: f32,
+        dmin: f32,
+    }
+
+    #[inline(always)]
+    unsafe fn kb_prep<const FIVE: bool>(blk: &[u8]) -> KbBlock {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let p = blk.as_ptr();
+        let (sc, m) = crate::kquants::scale_min_k4(&blk[4..16]);
+        let qs = p.add(if FIVE { 48 } else { 16 });
+        let qh = if FIVE {
+            _mm256_loadu_si256(p.add(16) as *const __m256i)
         } else {
-            r
+            _mm256_setzero_si256()
+        };
+        let mut q = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let v = _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
+            let mut lo = _mm256_and_si256(v, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            if FIVE {
+                // The fifth bit of sub-block k: bit k of qh, as 16.
+                let bit = |k: usize| crate::kquants::simd::bit_to(qh, 1 << k, 16);
+                lo = _mm256_or_si256(lo, bit(2 * j));
+                hi = _mm256_or_si256(hi, bit(2 * j + 1));
+            }
+            q[2 * j] = lo;
+            q[2 * j + 1] = hi;
         }
+        KbBlock {
+            q,
+            sc,
+            m,
+            d: crate::util::f16_ptr(p),
+            dmin: crate::util::f16_ptr(p.add(2)),
+        }
+    }
+
+    /// One prepared Q4_K / Q5_K super-block against block `b` of one
+    /// token's byte planes, into that token's accumulators.
+    #[inline(always)]
+    unsafe fn kb_apply(k: &KbBlock, x: &Q16Ref<'_>, b: usize, acc: &mut __m256, accm: &mut __m256) {
+        let xh = x.h.as_ptr().add(b * QK);
+        let xl = x.l.as_ptr().add(b * QK);
+        let mut ah = _mm256_setzero_si256();
+        let mut al = _mm256_setzero_si256();
+        for (kk, &q) in k.q.iter().enumerate() {
+            let s = _mm256_set1_epi16(k.sc[kk] as i16);
+            let h = _mm256_loadu_si256(xh.add(32 * kk) as *const __m256i);
+            let l = _mm256_loadu_si256(xl.add(32 * kk) as *const __m256i);
+            ah = _mm256_add_epi32(ah, _mm256_madd_epi16(_mm256_maddubs_epi16(q, h), s));
+            al = _mm256_add_epi32(al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, l), s));
+        }
+        let dx = *x.d.get_unchecked(b);
+        let is = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(ah),
+            _mm256_set1_ps(255.0),
+            _mm256_cvtepi32_ps(al),
+        );
+        *acc = _mm256_fmadd_ps(is, _mm256_set1_ps(k.d * dx), *acc);
+        let mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+            k.m.as_ptr() as *const __m128i
+        )));
+        let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+            x.sums.as_ptr().add(8 * b) as *const __m256i
+        ));
+        *accm = _mm256_fmadd_ps(_mm256_mul_ps(mv, _mm256_set1_ps(k.dmin * dx)), sv, *accm);
     }
 
     /// Q4_K / Q5_K against the byte planes of the activations: the unsigned
@@ -535,59 +765,120 @@ pub(crate) mod x86 {
     pub unsafe fn dot_k_bytes<const FIVE: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         let bytes = if FIVE { 176 } else { 144 };
         let nb = data.len() / bytes;
-        let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = _mm256_setzero_ps();
         let mut accm = _mm256_setzero_ps();
         for b in 0..nb {
-            let blk = &data[b * bytes..(b + 1) * bytes];
-            let p = blk.as_ptr();
-            let (sc, m) = crate::kquants::scale_min_k4(&blk[4..16]);
-            let d = crate::util::f16_ptr(p);
-            let dmin = crate::util::f16_ptr(p.add(2));
-            let xh = x.h.as_ptr().add(b * QK);
-            let xl = x.l.as_ptr().add(b * QK);
-            let qs = p.add(if FIVE { 48 } else { 16 });
-            let qh = if FIVE {
-                _mm256_loadu_si256(p.add(16) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
-            let mut ah = _mm256_setzero_si256();
-            let mut al = _mm256_setzero_si256();
-            for j in 0..4 {
-                let v = _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
-                let mut lo = _mm256_and_si256(v, m4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                if FIVE {
-                    // The fifth bit of sub-block k: bit k of qh, as 16.
-                    let bit = |k: usize| crate::kquants::simd::bit_to(qh, 1 << k, 16);
-                    lo = _mm256_or_si256(lo, bit(2 * j));
-                    hi = _mm256_or_si256(hi, bit(2 * j + 1));
-                }
-                for (k, q) in [(2 * j, lo), (2 * j + 1, hi)] {
-                    let s = _mm256_set1_epi16(sc[k] as i16);
-                    let h = _mm256_loadu_si256(xh.add(32 * k) as *const __m256i);
-                    let l = _mm256_loadu_si256(xl.add(32 * k) as *const __m256i);
-                    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(_mm256_maddubs_epi16(q, h), s));
-                    al = _mm256_add_epi32(al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, l), s));
-                }
-            }
-            let dx = *x.d.get_unchecked(b);
-            let is = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(ah),
-                _mm256_set1_ps(255.0),
-                _mm256_cvtepi32_ps(al),
-            );
-            acc = _mm256_fmadd_ps(is, _mm256_set1_ps(d * dx), acc);
-            let mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                m.as_ptr() as *const __m128i
-            )));
-            let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                x.sums.as_ptr().add(8 * b) as *const __m256i
-            ));
-            accm = _mm256_fmadd_ps(_mm256_mul_ps(mv, _mm256_set1_ps(dmin * dx)), sv, accm);
+            let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
+            kb_apply(&k, &x, b, &mut acc, &mut accm);
         }
         crate::util::hsum256(_mm256_sub_ps(acc, accm))
+    }
+
+    /// [`dot_k_bytes`] for up to [`NMAX`] tokens, each block prepared once.
+    ///
+    /// # Safety
+    /// As [`dot_k_bytes`], for every `xs[t]`; `out.len() >= xs.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_k_bytes_n<const FIVE: bool>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        let bytes = if FIVE { 176 } else { 144 };
+        let nb = data.len() / bytes;
+        let n = xs.len().min(NMAX);
+        let mut acc = [_mm256_setzero_ps(); NMAX];
+        let mut accm = [_mm256_setzero_ps(); NMAX];
+        for b in 0..nb {
+            let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
+            for t in 0..n {
+                kb_apply(&k, &xs[t], b, &mut acc[t], &mut accm[t]);
+            }
+        }
+        for t in 0..n {
+            out[t] = crate::util::hsum256(_mm256_sub_ps(acc[t], accm[t]));
+        }
+    }
+
+    /// The body of [`dot_k_bytes_n`] with AVX-512: each block's quants are
+    /// widened once to 16 bits with their sub-block scales multiplied in,
+    /// in the `p` plane's order, and every token then needs one widening
+    /// dot per 32 values on its `p` plane. Each 32-bit lane gathers the
+    /// same products as the byte-plane kernel's (`255·ah + al`, integers
+    /// exact; converted with the same single rounding), so the results are
+    /// its results bit for bit.
+    #[inline(always)]
+    unsafe fn kb_n512<const FIVE: bool, const VNNI: bool>(
+        data: &[u8],
+        xs: &[Q16Ref<'_>],
+        out: &mut [f32],
+    ) {
+        let bytes = if FIVE { 176 } else { 144 };
+        let nb = data.len() / bytes;
+        let n = xs.len().min(NMAX);
+        let mut order = [0i32; 16];
+        for (o, &src) in order.iter_mut().zip(PAIR_ORDER.iter()) {
+            *o = src as i32;
+        }
+        let idx = _mm512_loadu_si512(order.as_ptr() as *const _);
+        let mut acc = [_mm256_setzero_ps(); NMAX];
+        let mut accm = [_mm256_setzero_ps(); NMAX];
+        for b in 0..nb {
+            let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for (kk, wk) in w.iter_mut().enumerate() {
+                let q16 = _mm512_cvtepu8_epi16(k.q[kk]);
+                let s = _mm512_set1_epi16(k.sc[kk] as i16);
+                *wk = _mm512_permutexvar_epi32(idx, _mm512_mullo_epi16(q16, s));
+            }
+            let mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                k.m.as_ptr() as *const __m128i
+            )));
+            for t in 0..n {
+                let x = &xs[t];
+                let xp = x.p.as_ptr().add(b * QK);
+                let mut z = _mm512_setzero_si512();
+                for (kk, &wk) in w.iter().enumerate() {
+                    let xv = _mm512_loadu_si512(xp.add(32 * kk) as *const _);
+                    z = if VNNI {
+                        _mm512_dpwssd_epi32(z, wk, xv)
+                    } else {
+                        _mm512_add_epi32(z, _mm512_madd_epi16(wk, xv))
+                    };
+                }
+                let ti =
+                    _mm256_add_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64::<1>(z));
+                let dx = *x.d.get_unchecked(b);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ti), _mm256_set1_ps(k.d * dx), acc[t]);
+                let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                    x.sums.as_ptr().add(8 * b) as *const __m256i
+                ));
+                accm[t] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(mv, _mm256_set1_ps(k.dmin * dx)), sv, accm[t]);
+            }
+        }
+        for t in 0..n {
+            out[t] = crate::util::hsum256(_mm256_sub_ps(acc[t], accm[t]));
+        }
+    }
+
+    /// [`kb_n512`] with VNNI.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C; sizes as [`dot_k_bytes_n`],
+    /// with the `p` planes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_k_n512_vnni<const FIVE: bool>(
+        data: &[u8],
+        xs: &[Q16Ref<'_>],
+        out: &mut [f32],
+    ) {
+        kb_n512::<FIVE, true>(data, xs, out)
+    }
+
+    /// [`kb_n512`] without VNNI.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL, AVX2, FMA, F16C; sizes as [`dot_k_n512_vnni`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_k_n512<const FIVE: bool>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        kb_n512::<FIVE, false>(data, xs, out)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -600,6 +891,67 @@ pub(crate) mod x86 {
         body512::<U, false>(data, x)
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_n_avx512_vnni<U: Unpack>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        body512_n::<U, true>(data, xs, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_n_avx512<U: Unpack>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        body512_n::<U, false>(data, xs, out)
+    }
+
+    /// One super-block of the AVX2 driver for one token (see [`block512`]).
+    #[inline(always)]
+    unsafe fn block_avx2<U: Unpack>(
+        u: &Unpacked,
+        x: &Q16Ref<'_>,
+        b: usize,
+        acc: &mut __m256,
+        accm: &mut __m256,
+    ) {
+        let xq = x.q.as_ptr().add(b * QK);
+        let wp = u.w.as_ptr();
+        let dx = *x.d.get_unchecked(b);
+        if U::UNIFORM {
+            // Two accumulators: each 32-bit lane sees 16 products.
+            let mut is0 = _mm256_setzero_si256();
+            let mut is1 = _mm256_setzero_si256();
+            for j in 0..8 {
+                let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(w0, x0));
+                is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(w1, x1));
+            }
+            let is = _mm256_add_ps(_mm256_cvtepi32_ps(is0), _mm256_cvtepi32_ps(is1));
+            *acc = _mm256_fmadd_ps(is, _mm256_set1_ps(u.s[0] * dx), *acc);
+        } else {
+            for j in 0..8 {
+                let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
+                let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
+                let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
+                let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
+                let is = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(u.s[j] * dx), *acc);
+            }
+        }
+        if U::MIN {
+            mins_step(&u.m, x, b, dx, accm);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn finish_avx2<U: Unpack>(acc: __m256, accm: __m256) -> f32 {
+        let r = crate::util::hsum256(acc);
+        if U::MIN {
+            r - crate::util::hsum256(accm)
+        } else {
+            r
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_avx2<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         let mut u = Unpacked::default();
@@ -608,46 +960,27 @@ pub(crate) mod x86 {
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
-            let xq = x.q.as_ptr().add(b * QK);
-            let wp = u.w.as_ptr();
-            let dx = *x.d.get_unchecked(b);
-            if U::UNIFORM {
-                // Two accumulators: each 32-bit lane sees 16 products.
-                let mut is0 = _mm256_setzero_si256();
-                let mut is1 = _mm256_setzero_si256();
-                for j in 0..8 {
-                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
-                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
-                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
-                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
-                    is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(w0, x0));
-                    is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(w1, x1));
-                }
-                let is = _mm256_add_ps(_mm256_cvtepi32_ps(is0), _mm256_cvtepi32_ps(is1));
-                acc = _mm256_fmadd_ps(is, _mm256_set1_ps(u.s[0] * dx), acc);
-            } else {
-                for j in 0..8 {
-                    let w0 = _mm256_load_si256(wp.add(32 * j) as *const _);
-                    let x0 = _mm256_loadu_si256(xq.add(32 * j) as *const _);
-                    let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
-                    let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
-                    let is = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(u.s[j] * dx), acc);
-                }
-            }
-            if U::MIN {
-                let m = _mm256_mul_ps(_mm256_load_ps(u.m.as_ptr()), _mm256_set1_ps(dx));
-                let s = _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                    x.sums.as_ptr().add(8 * b) as *const __m256i
-                ));
-                accm = _mm256_fmadd_ps(m, s, accm);
+            block_avx2::<U>(&u, &x, b, &mut acc, &mut accm);
+        }
+        finish_avx2::<U>(acc, accm)
+    }
+
+    /// [`dot_avx2`] for up to [`NMAX`] tokens, each block unpacked once.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_n_avx2<U: Unpack>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        let n = xs.len().min(NMAX);
+        let mut u = Unpacked::default();
+        let mut acc = [_mm256_setzero_ps(); NMAX];
+        let mut accm = [_mm256_setzero_ps(); NMAX];
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
+            for t in 0..n {
+                block_avx2::<U>(&u, &xs[t], b, &mut acc[t], &mut accm[t]);
             }
         }
-        let r = crate::util::hsum256(acc);
-        if U::MIN {
-            r - crate::util::hsum256(accm)
-        } else {
-            r
+        for t in 0..n {
+            out[t] = finish_avx2::<U>(acc[t], accm[t]);
         }
     }
 }
@@ -742,6 +1075,42 @@ macro_rules! q16_type {
                 // FMA and F16C; the block length was checked.
                 unsafe { fast(blk, u) }
             }
+            pub fn dot_n_scalar(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+                assert_eq!(xs.len(), out.len(), "q16 dot_n: tokens and outputs");
+                for (x, o) in xs.iter().zip(out.iter_mut()) {
+                    *o = Self::dot_scalar(data, *x);
+                }
+            }
+            pub fn dot_n_level(level: Q16Level) -> DotNQ16Fn {
+                match level {
+                    Q16Level::Scalar => Self::dot_n_scalar,
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx2 => |data, xs, out| {
+                        // SAFETY: selected only when the CPU has AVX2, FMA
+                        // and F16C; in_groups checks every size.
+                        in_groups(data, $bytes, xs, out, |d, x, o| unsafe {
+                            x86::dot_n_avx2::<$name>(d, x, o)
+                        })
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx512 => |data, xs, out| {
+                        // SAFETY: selected only when the CPU has AVX-512
+                        // F/BW/VL, AVX2, FMA and F16C; sizes checked.
+                        in_groups(data, $bytes, xs, out, |d, x, o| unsafe {
+                            x86::dot_n_avx512::<$name>(d, x, o)
+                        })
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Q16Level::Avx512Vnni => |data, xs, out| {
+                        // SAFETY: as above, with AVX-512 VNNI detected.
+                        in_groups(data, $bytes, xs, out, |d, x, o| unsafe {
+                            x86::dot_n_avx512_vnni::<$name>(d, x, o)
+                        })
+                    },
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => Self::dot_n_scalar,
+                }
+            }
             pub fn dot_level(level: Q16Level) -> DotQ16Fn {
                 match level {
                     Q16Level::Scalar => Self::dot_scalar,
@@ -771,6 +1140,38 @@ macro_rules! q16_type {
             }
         }
     };
+}
+
+/// Run a multi-token kernel over `xs` in groups of at most [`NMAX`], after
+/// checking every token's size against `data`.
+#[inline(always)]
+fn in_groups(
+    data: &[u8],
+    bytes: usize,
+    xs: &[Q16Ref<'_>],
+    out: &mut [f32],
+    f: impl Fn(&[u8], &[Q16Ref<'_>], &mut [f32]),
+) {
+    assert_eq!(xs.len(), out.len(), "q16 dot_n: tokens and outputs");
+    for x in xs {
+        check_sizes(data, bytes, *x);
+    }
+    for (xg, og) in xs.chunks(NMAX).zip(out.chunks_mut(NMAX)) {
+        f(data, xg, og);
+    }
+}
+
+/// The byte planes a byte-plane kernel reads are there (activations
+/// quantized for the matrix-matrix kernel have none).
+#[inline(always)]
+fn check_planes(data: &[u8], bytes: usize, x: Q16Ref<'_>) {
+    let n = data.len() / bytes * QK;
+    assert!(
+        x.h.len() >= n && x.l.len() >= n && x.p.len() >= n,
+        "q16 byte-plane dot: {} weight values against {} planes",
+        n,
+        x.h.len().min(x.l.len()).min(x.p.len())
+    );
 }
 
 #[inline(always)]
@@ -858,6 +1259,7 @@ macro_rules! table {
                         unpack: if level == Q16Level::Scalar { $scalar } else { $name::unpack_fast },
                         dot_scalar: $name::dot_scalar,
                         dot: byte_dot(ty, level).unwrap_or($name::dot_level(level)),
+                        dot_n: byte_dot_n(ty, level).unwrap_or($name::dot_n_level(level)),
                     });
                 }
             )*
@@ -885,18 +1287,62 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     {
         fn q4(data: &[u8], x: Q16Ref<'_>) -> f32 {
             check_sizes(data, 144, x);
+            check_planes(data, 144, x);
             // SAFETY: chosen only above the scalar level (AVX2, FMA and
             // F16C present); sizes checked above.
             unsafe { x86::dot_k_bytes::<false>(data, x) }
         }
         fn q5(data: &[u8], x: Q16Ref<'_>) -> f32 {
             check_sizes(data, 176, x);
+            check_planes(data, 176, x);
             // SAFETY: as above.
             unsafe { x86::dot_k_bytes::<true>(data, x) }
         }
         match ty {
             GgmlType::Q4_K => return Some(q4),
             GgmlType::Q5_K => return Some(q5),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The multi-token twin of [`byte_dot`]: with AVX-512, the kernel that
+/// widens each block once ([`x86::dot_k_n512_vnni`]); with AVX2, the
+/// byte-plane kernel over several tokens.
+fn byte_dot_n(ty: GgmlType, level: Q16Level) -> Option<DotNQ16Fn> {
+    if level == Q16Level::Scalar {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! kn {
+            ($name:ident, $bytes:expr, $five:expr, $kernel:ident, $what:literal) => {
+                fn $name(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+                    xs.iter().for_each(|x| check_planes(data, $bytes, *x));
+                    // SAFETY: chosen only at a level whose features the
+                    // kernel enables ($what); in_groups checks every size
+                    // and check_planes the planes it reads.
+                    in_groups(data, $bytes, xs, out, |d, x, o| unsafe {
+                        x86::$kernel::<$five>(d, x, o)
+                    })
+                }
+            };
+        }
+        kn!(q4_avx2, 144, false, dot_k_bytes_n, "AVX2, FMA, F16C");
+        kn!(q5_avx2, 176, true, dot_k_bytes_n, "AVX2, FMA, F16C");
+        kn!(q4_512, 144, false, dot_k_n512, "AVX-512 F/BW/VL");
+        kn!(q5_512, 176, true, dot_k_n512, "AVX-512 F/BW/VL");
+        kn!(q4_vnni, 144, false, dot_k_n512_vnni, "AVX-512 with VNNI");
+        kn!(q5_vnni, 176, true, dot_k_n512_vnni, "AVX-512 with VNNI");
+        let pick: [DotNQ16Fn; 2] = match level {
+            Q16Level::Avx512Vnni => [q4_vnni, q5_vnni],
+            Q16Level::Avx512 => [q4_512, q5_512],
+            _ => [q4_avx2, q5_avx2],
+        };
+        match ty {
+            GgmlType::Q4_K => return Some(pick[0]),
+            GgmlType::Q5_K => return Some(pick[1]),
             _ => {}
         }
     }
@@ -1042,16 +1488,19 @@ mod tests {
             .collect()
     }
 
+    /// Every driver level, lowest first (tests skip those above this CPU's).
+    const ALL_LEVELS: [Q16Level; 4] = [
+        Q16Level::Scalar,
+        Q16Level::Avx2,
+        Q16Level::Avx512,
+        Q16Level::Avx512Vnni,
+    ];
+
     /// Every driver level this CPU has agrees with the scalar dot, and the
     /// integer dot is within 15-bit rounding of the f32 dot.
     #[test]
     fn drivers_match_scalar_and_f32() {
-        let levels = [
-            Q16Level::Scalar,
-            Q16Level::Avx2,
-            Q16Level::Avx512,
-            Q16Level::Avx512Vnni,
-        ];
+        let levels = ALL_LEVELS;
         let top = level();
         for (i, ty) in TYPES.into_iter().enumerate() {
             for nb in [1usize, 2, 3, 8] {
@@ -1081,6 +1530,38 @@ mod tests {
                         ((got - want) as f64).abs() <= 1e-5 * scale + 1e-30,
                         "{ty} {lv:?} {nb} blocks: {got} vs scalar {want}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The multi-token dot equals the single-token dot of the same level
+    /// bit for bit, for every token count (groups of NMAX included), every
+    /// type and every level this CPU runs.
+    #[test]
+    fn dot_n_equals_dot_bit_for_bit() {
+        let levels = ALL_LEVELS;
+        let top = level();
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            let nb = 3;
+            let data = random_blocks(ty, nb, 77 + i as u64);
+            let n_max = NMAX + 3;
+            let x = random_x(n_max * nb * QK, 9 + i as u64);
+            let mut a = Q16Act::default();
+            assert!(a.quantize(&x));
+            for lv in levels {
+                if lv > top {
+                    continue;
+                }
+                let k = kernels_at(ty, lv).expect("k");
+                for n in [1usize, 2, 5, NMAX, n_max] {
+                    let xs: Vec<Q16Ref<'_>> = (0..n).map(|t| a.row(t, nb * QK)).collect();
+                    let mut got = vec![f32::NAN; n];
+                    (k.dot_n)(&data, &xs, &mut got);
+                    for (t, g) in got.iter().enumerate() {
+                        let want = (k.dot)(&data, xs[t]);
+                        assert_eq!(g.to_bits(), want.to_bits(), "{ty} {lv:?} n={n} token {t}");
+                    }
                 }
             }
         }
