@@ -40,7 +40,11 @@ pub struct LoadArgs {
     /// (gate, up and down): a smaller SIZE is an error that gives it. `0` keeps every expert
     /// resident. `auto` (the default): every expert resident when the file fits in the
     /// memory available (with room for the KV cache), otherwise a cache as large as what is
-    /// left after the other tensors and that room; on a GPU, resident.
+    /// left after the other tensors and that room. On a GPU, `auto` keeps everything in GPU
+    /// memory when it fits with 3 GiB to spare, else places as many experts per layer as
+    /// fit there and the others in pinned host RAM, read by the kernels over the bus; with
+    /// `--device cuda[:N]`, SIZE is that GPU memory for the routed experts (the file is
+    /// mapped whole on the host).
     #[arg(long, value_name = "SIZE", value_parser = parse_cache, default_value = "auto", help_heading = "Loading")]
     pub expert_cache: CacheBudget,
     /// Read streamed experts with O_DIRECT, bypassing the page cache (so the expert cache
@@ -253,7 +257,14 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
         bar.set_length(total);
         bar.set_position(done);
     };
+    // On an explicit CUDA device a size budgets GPU memory for the experts;
+    // the host keeps the whole file mapped.
+    let gpu_expert_budget = match (args.device, args.expert_cache) {
+        (Device::Cuda(_), CacheBudget::Bytes(b)) if b > 0 => Some(b),
+        _ => None,
+    };
     let budget = match args.expert_cache {
+        _ if gpu_expert_budget.is_some() => 0,
         CacheBudget::Bytes(b) => b,
         CacheBudget::Auto => automatic_budget(path, args.device),
     };
@@ -298,17 +309,38 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         layers.set_message(n.to_string());
-        let r = redlite_cuda::attach(&mut model, n, &mut |done, total| {
+        let opts = redlite_cuda::CudaOptions {
+            expert_vram_bytes: gpu_expert_budget,
+            // `auto`: what does not fit in GPU memory goes to pinned host RAM.
+            fit: args.expert_cache == CacheBudget::Auto,
+        };
+        let r = redlite_cuda::attach_with(&mut model, n, opts, &mut |done, total| {
             layers.set_length(total as u64);
             layers.set_position(done as u64);
         });
         layers.finish_and_clear();
         match r {
-            Ok(()) => eprintln!(
-                "device: {} (weights uploaded in {:.1} s)",
-                model.device_name(),
-                t_up.elapsed().as_secs_f64()
-            ),
+            Ok(placed) => {
+                eprintln!(
+                    "device: {} (weights uploaded in {:.1} s)",
+                    model.device_name(),
+                    t_up.elapsed().as_secs_f64()
+                );
+                if let Some(p) = placed {
+                    eprintln!(
+                        "routed experts: {} in GPU memory ({} per layer), {} in pinned host memory \
+                         (read over the bus)",
+                        human_bytes(p.vram_bytes as u64),
+                        p.vram,
+                        human_bytes(p.host_bytes as u64)
+                    );
+                } else if let Some(b) = gpu_expert_budget {
+                    eprintln!(
+                        "routed experts: all in GPU memory (the --expert-cache budget of {} holds them)",
+                        human_bytes(b)
+                    );
+                }
+            }
             // Chosen automatically: a model the GPU cannot run (a type without
             // CUDA kernels, too little memory) runs on the CPU instead.
             Err(e) if args.device == Device::Auto => {
@@ -359,14 +391,7 @@ fn automatic_budget(path: &Path, device: Device) -> u64 {
     let Ok(f) = redlite_gguf::GgufFile::open(path) else {
         return 0;
     };
-    let (mut experts, mut other) = (0u64, 0u64);
-    for t in &f.tensors {
-        if redlite_model::is_expert_tensor(&t.name) {
-            experts += t.n_bytes;
-        } else {
-            other += t.n_bytes;
-        }
-    }
+    let (experts, other) = redlite_model::expert_split(&f);
     let budget = auto_expert_budget(experts, other, avail);
     if budget > 0 {
         eprintln!(

@@ -253,6 +253,15 @@ __device__ __forceinline__ float apply8_IQ2_XS(const W8& w, const float* x, floa
     }
 REDLITE_DQ_TYPES(DEF_DOT8)
 
+// Where matrix e of a stack starts: W + e·w_zstride, or, when w_zstride is
+// RL_TABLE, the e-th address of the table at W (routed experts placed apart:
+// some in device memory, the rest in pinned host memory the kernels read
+// over the bus). Every kernel that takes a stack finds its matrices here.
+#define RL_TABLE (~0ull)
+__device__ __forceinline__ const uint8_t* mat_at(const uint8_t* W, u64 e, u64 w_zstride) {
+    return w_zstride == RL_TABLE ? (const uint8_t*)(((const u64*)W)[e]) : W + e * w_zstride;
+}
+
 // ---------------------------------------------------------------------------
 // Matrix-vector products over up to MV_NT tokens per block row, several
 // independent matrices (slots) per launch.
@@ -283,12 +292,16 @@ __device__ __forceinline__ int stage_row(uint8_t* sm, const uint8_t* src, int le
     return shift;
 }
 #define MV_XS 4096
+// The parameters of mv_T, mv1_T and mvn_T (one launch shape for all three;
+// see the comment above).
+#define MV_PARAMS                                                                           \
+    const uint8_t *__restrict__ W, u64 row_bytes, int n_in, int n_out,                      \
+        const float *__restrict__ x, int ldx, float *__restrict__ y, int ldy, int n_tok,    \
+        const int *__restrict__ ids, u64 w_zstride, int x_div, u64 x_zstride, u64 y_zstride, \
+        const float *__restrict__ x2
 #define DEF_MATVEC(T, ID)                                                                   \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
-        mv_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,           \
-               const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,        \
-               int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,            \
-               u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {                \
+        mv_##T(MV_PARAMS) {                                                                 \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV_SEG + 32];                       \
         __shared__ __align__(16) float xs[MV_XS];                                           \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
@@ -306,7 +319,7 @@ __device__ __forceinline__ int stage_row(uint8_t* sm, const uint8_t* src, int le
         }                                                                                   \
         if (row >= n_out) return;                                                           \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
-        const uint8_t* Wr = W + e * w_zstride + (u64)row * row_bytes;                       \
+        const uint8_t* Wr = mat_at(W, e, w_zstride) + (u64)row * row_bytes;                \
         float* yz = y + (u64)z * y_zstride;                                                 \
         int t0 = blockIdx.y * MV_NT;                                                        \
         int nt = min(MV_NT, n_tok - t0);                                                    \
@@ -373,11 +386,25 @@ REDLITE_DQ_TYPES(DEF_MATVEC)
 
 // Copy n16 16-byte words from g to shared d (lane-strided), asynchronously
 // where MV1_PREFETCH (completed by rl_async_wait), else at once.
+// RL_CP_L2 (0, 128 or 256): the L2 prefetch size the copies ask for. 256:
+// on the H200, decode with 25% of the experts in device memory (the rest
+// read from pinned host memory) 70.9 -> 74.5 tok/s (128: 71.2); all
+// resident 171.2 -> 171.5, the same.
+#ifndef RL_CP_L2
+#define RL_CP_L2 256
+#endif
+#if RL_CP_L2 == 128
+#define RL_CP_OP "cp.async.cg.shared.global.L2::128B"
+#elif RL_CP_L2 == 256
+#define RL_CP_OP "cp.async.cg.shared.global.L2::256B"
+#else
+#define RL_CP_OP "cp.async.cg.shared.global"
+#endif
 __device__ __forceinline__ void rl_copy16(uint4* d, const uint4* g, int n16, int lane) {
 #if MV1_PREFETCH
     for (int j = lane; j < n16; j += WARP) {
         unsigned sa = (unsigned)__cvta_generic_to_shared(d + j);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g + j));
+        asm volatile(RL_CP_OP " [%0], [%1], 16;\n" ::"r"(sa), "l"(g + j));
     }
     asm volatile("cp.async.commit_group;\n" ::);
 #else
@@ -463,10 +490,7 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
 
 #define DEF_MATVEC1(T, ID)                                                                  \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
-        mv1_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
-                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
-                int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,           \
-                u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {               \
+        mv1_##T(MV_PARAMS) {                                                                \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
         __shared__ __align__(16) float xs[MV_XS];                                           \
         __shared__ float xsum8[MV_XS / 8];                                                  \
@@ -478,7 +502,7 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
         bool live = row0 < n_out;                                                           \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* src[MV1_R];                                                          \
-        int nr = mv1_row_src(W + e * w_zstride, row_bytes, row0, n_out, src);               \
+        int nr = mv1_row_src(mat_at(W, e, w_zstride), row_bytes, row0, n_out, src);         \
         int shift[MV1_R];                                                                   \
         if (live)                                                                           \
             mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
@@ -628,7 +652,7 @@ REDLITE_DQ_TYPES(DEF_ROUTER)
         bool live = row < n_out;                                                            \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* src[MV1_R];                                                          \
-        src[0] = W + e * w_zstride + (u64)(live ? row : 0) * row_bytes;                     \
+        src[0] = mat_at(W, e, w_zstride) + (u64)(live ? row : 0) * row_bytes;               \
         src[1] = src[0] + up_off;                                                           \
         int shift[MV1_R];                                                                   \
         if (live)                                                                           \
@@ -652,12 +676,15 @@ REDLITE_DQ_TYPES(DEF_MATVEC_GU)
 // changes no value. Same arguments as mv_T (n_in <= MV_XS); grid.x as mv1_T,
 // grid.y = ceil(n_tok / MVN_NT).
 #define MVN_NT 16
+// Blocks per SM mvn_T is compiled for (a register bound; on the H200,
+// replayed 8-token drafts 1.89x plain generation with none, 2.04x with 4,
+// 1.98x with 6).
+#ifndef MVN_MINB
+#define MVN_MINB 4
+#endif
 #define DEF_MATVECN(T, ID)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
-        mvn_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,          \
-                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
-                int n_tok, const int* __restrict__ ids, u64 w_zstride, int x_div,           \
-                u64 x_zstride, u64 y_zstride, const float* __restrict__ x2) {               \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MVN_MINB)                 \
+        mvn_##T(MV_PARAMS) {                                                                \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
@@ -669,7 +696,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC_GU)
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride + (u64)t0 * ldx : 0;      \
         int nr = min(MV1_R, n_out - row0);                                                  \
         u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
-        const uint8_t* W0 = W + e * w_zstride + (u64)row0 * row_bytes;                      \
+        const uint8_t* W0 = mat_at(W, e, w_zstride) + (u64)row0 * row_bytes;                \
         float* yz = y + (u64)z * y_zstride + (u64)t0 * ldy;                                 \
         float acc[MV1_R][MVN_NT];                                                           \
         _Pragma("unroll") for (int r = 0; r < MV1_R; r++)                                   \
@@ -744,7 +771,7 @@ REDLITE_DQ_TYPES(DEF_MATVECN)
         int cnt = counts[e];                                                                \
         if (row >= n_out || cnt == 0) return;                                               \
         int off = offsets[e];                                                               \
-        const uint8_t* Wr = W + (u64)e * w_zstride + (u64)row * row_bytes;                  \
+        const uint8_t* Wr = mat_at(W, (u64)e, w_zstride) + (u64)row * row_bytes;           \
         const int cpb = QK_##T / 8;                                                         \
         int nch = n_in / 8;                                                                 \
         for (int t0 = 0; t0 < cnt; t0 += MV_NT) {                                           \
@@ -855,7 +882,7 @@ REDLITE_DQ_TYPES(DEF_MM)
         if (cnt == 0) return;                                                               \
         int off = offsets[e];                                                               \
         int r0 = blockIdx.x * MM_R;                                                         \
-        const uint8_t* Wb = W + (u64)e * w_zstride;                                         \
+        const uint8_t* Wb = mat_at(W, (u64)e, w_zstride);                                  \
         for (int t0 = 0; t0 < cnt; t0 += 16) {                                              \
             int qx = perm[off + min(t0 + (int)(threadIdx.x >> 3), cnt - 1)];                \
             MM_BODY(T, 16, x + (u64)(qx / x_div) * x_zstride,                               \

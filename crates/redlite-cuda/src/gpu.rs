@@ -106,6 +106,45 @@ impl Drop for DevBuf {
     }
 }
 
+/// Pinned host memory mapped into the device's address space (the kernels
+/// read it over the bus), freed on drop.
+pub struct HostBuf {
+    host: *mut u8,
+    /// The device's address of the same bytes.
+    pub dev: u64,
+    pub bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is plain memory owned by this value; the raw pointer is
+// only written through `&mut self`.
+unsafe impl Send for HostBuf {}
+// SAFETY: as above (shared access only reads).
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    /// The bytes, to fill from the host.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `host` points to `bytes` bytes allocated by cuMemHostAlloc
+        // and owned by `self`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.bytes) }
+    }
+}
+
+impl std::fmt::Debug for HostBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostBuf({:#x}, {} bytes)", self.dev, self.bytes)
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `host` came from `malloc_host` and is freed once.
+        let _ = unsafe { result::free_host(self.host as *mut std::ffi::c_void) };
+    }
+}
+
 /// A kernel argument: device pointers and sizes as 64-bit, ints and floats.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
@@ -360,6 +399,52 @@ impl Gpu {
             bytes,
             ctx: self.ctx.clone(),
         })
+    }
+
+    /// Free and total device memory, bytes (`REDLITE_CUDA_FREE`, a byte count
+    /// with an optional K/M/G suffix of powers of 1024, stands in for the free
+    /// figure: to try the automatic expert placement on a large GPU).
+    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
+        self.bind()?;
+        let (free, total) = result::mem_get_info().map_err(drv("querying device memory"))?;
+        let free = match std::env::var("REDLITE_CUDA_FREE") {
+            Ok(v) => parse_bytes(&v).ok_or_else(|| {
+                CudaError::Driver(format!("REDLITE_CUDA_FREE={v:?}: not a size (e.g. 20G)"))
+            })?,
+            Err(_) => free,
+        };
+        Ok((free, total))
+    }
+
+    /// `bytes` (at least 1) of zeroed pinned host memory that the device
+    /// reads directly (`cuMemHostAlloc` with `DEVICEMAP`).
+    pub fn alloc_host_mapped(&self, bytes: usize) -> Result<HostBuf, CudaError> {
+        self.bind()?;
+        let bytes = bytes.max(1);
+        // SAFETY: a plain pinned allocation in the bound context; zeroed
+        // below before anything reads it.
+        let host =
+            unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }.map_err(|e| {
+                CudaError::OutOfMemory {
+                    bytes,
+                    msg: format!("pinned host memory: {e:?}"),
+                }
+            })? as *mut u8;
+        let mut b = HostBuf {
+            host,
+            dev: 0,
+            bytes,
+            ctx: self.ctx.clone(),
+        };
+        b.as_mut_slice().fill(0);
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP in this context; the
+        // driver writes the device address into `dev`.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host as *mut std::ffi::c_void, 0) }
+            .result()
+            .map_err(drv("mapping pinned host memory"))?;
+        b.dev = dev;
+        Ok(b)
     }
 
     /// `bytes` of zeroed device memory.
@@ -661,4 +746,29 @@ pub fn compile(source: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
     // SAFETY: destroyed once.
     let _ = unsafe { nr::destroy_program(prog) };
     out
+}
+
+/// `123`, `64K`, `512M`, `20G` (powers of 1024) as bytes.
+fn parse_bytes(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1usize << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parse_bytes_reads_sizes() {
+        assert_eq!(super::parse_bytes("123"), Some(123));
+        assert_eq!(super::parse_bytes("64K"), Some(64 << 10));
+        assert_eq!(super::parse_bytes("512m"), Some(512 << 20));
+        assert_eq!(super::parse_bytes(" 20G "), Some(20 << 30));
+        assert_eq!(super::parse_bytes("x"), None);
+        assert_eq!(super::parse_bytes("G"), None);
+    }
 }

@@ -18,7 +18,7 @@ mod model;
 
 use std::sync::Arc;
 
-pub use model::{kernel_names, kernel_source, CudaModel, CudaState};
+pub use model::{kernel_names, kernel_source, CudaModel, CudaOptions, CudaState, ExpertPlacement};
 
 /// What can go wrong on the CUDA side.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +49,19 @@ pub fn attach(
     ordinal: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(), redlite_model::ModelError> {
-    let cm = CudaModel::new(model, ordinal, progress)?;
+    attach_with(model, ordinal, CudaOptions::default(), progress).map(|_| ())
+}
+
+/// [`attach`] with options; returns where the routed experts were placed
+/// when they did not all go to device memory.
+pub fn attach_with(
+    model: &mut redlite_model::Model,
+    ordinal: usize,
+    opts: CudaOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Option<ExpertPlacement>, redlite_model::ModelError> {
+    let cm = CudaModel::with_options(model, ordinal, opts, progress)?;
+    let placed = cm.placement();
     model.attach_device(Arc::new(cm));
-    Ok(())
+    Ok(placed)
 }

@@ -62,7 +62,10 @@ struct DMat {
     ptr: u64,
 }
 
-/// A stack of expert matrices on the device: expert `e` at `base + e·stride`.
+/// A stack of expert matrices on the device: expert `e` at `base + e·stride`,
+/// or, placed apart ([`ExpertPlacement`]), at the `e`-th address of the
+/// table at `base` (`stride` is then [`RL_TABLE`], and `rec_off` where the
+/// matrix lies in its expert's record).
 struct DExperts {
     kern: MvKernels,
     mvg: Func,
@@ -72,6 +75,98 @@ struct DExperts {
     row_bytes: usize,
     base: u64,
     stride: u64,
+    rec_off: u64,
+}
+
+/// `stride` of a [`DExperts`] whose matrices are found through a table
+/// (`RL_TABLE` in `forward.cu`).
+const RL_TABLE: u64 = u64::MAX;
+
+impl DExperts {
+    /// How far expert e's `up` matrix lies from its `self` (gate) matrix,
+    /// the same for every expert (`mvgu` reads both from the gate's address).
+    fn up_off(&self, up: &DExperts) -> u64 {
+        if self.stride == RL_TABLE {
+            up.rec_off.wrapping_sub(self.rec_off)
+        } else {
+            up.base.wrapping_sub(self.base)
+        }
+    }
+}
+
+/// Where the routed experts live when they do not all fit in device memory:
+/// the first `vram` experts of every layer in device memory, the others in
+/// pinned host memory that the kernels read over the bus. Each expert's
+/// matrices (gate, up, down) lie together in one record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExpertPlacement {
+    /// Experts per layer in device memory.
+    pub vram: usize,
+    /// Device bytes of routed experts, over all layers.
+    pub vram_bytes: usize,
+    /// Pinned host bytes of routed experts, over all layers.
+    pub host_bytes: usize,
+}
+
+/// Options of [`CudaModel::new`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudaOptions {
+    /// Device memory for the routed experts (`None`: all of them, or as `fit`
+    /// decides). Those that do not fit are kept in pinned host memory.
+    pub expert_vram_bytes: Option<u64>,
+    /// Without a budget: keep every expert in device memory when the model
+    /// fits in the free memory with room to run ([`FIT_RESERVE`]), else place
+    /// as many as fit there and the rest in pinned host memory.
+    pub fit: bool,
+}
+
+/// Device memory kept free for the scratch buffers, a verify trail and the
+/// KV cache when the experts are placed to fit.
+pub const FIT_RESERVE: u64 = 3 << 30;
+
+/// The device budget for the routed experts with `free` bytes free: `None`
+/// (all of them) when every weight fits with [`FIT_RESERVE`] to spare, else
+/// what is left after the other weights and the reserve; an error when
+/// nothing is left.
+fn fit_budget(free: u64, experts: u64, other: u64) -> Result<Option<u64>, ModelError> {
+    if experts + other + FIT_RESERVE <= free {
+        return Ok(None);
+    }
+    match free.saturating_sub(other + FIT_RESERVE) {
+        0 => Err(ModelError::Backend(format!(
+            "the GPU has {} MiB free: not enough for the {} MiB of weights other than the routed \
+             experts and {} MiB to run (use --device cpu)",
+            free >> 20,
+            other >> 20,
+            FIT_RESERVE >> 20
+        ))),
+        left => Ok(Some(left)),
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    #[test]
+    fn fit_budget_places_what_does_not_fit() {
+        const G: u64 = 1 << 30;
+        // Everything fits with the reserve: all experts on the device.
+        assert_eq!(fit_budget(40 * G, 17 * G, 2 * G).expect("fits"), None);
+        // A 24 GiB card: the experts get what the rest and the reserve leave.
+        assert_eq!(
+            fit_budget(24 * G, 45 * G, 3 * G).expect("placed"),
+            Some(24 * G - 3 * G - FIT_RESERVE)
+        );
+        // Exactly at the edge: still all resident.
+        assert_eq!(
+            fit_budget(10 * G + FIT_RESERVE, 8 * G, 2 * G).expect("edge"),
+            None
+        );
+        // Too small for the other weights: an error that says so.
+        let e = fit_budget(4 * G, 45 * G, 3 * G).expect_err("too small");
+        assert!(e.to_string().contains("--device cpu"), "{e}");
+    }
 }
 
 /// A gate matrix (or stack) as `mvgu` takes it: its up twin lies at a
@@ -293,7 +388,10 @@ pub struct CudaModel {
     /// The router's product and its top-k in one launch (`router_<T>`;
     /// `REDLITE_CUDA_FUSE_ROUTER=0`: two launches, for comparison).
     fuse_router: bool,
+    /// Where the routed experts live when placed apart.
+    placement: Option<ExpertPlacement>,
     _bufs: Vec<DevBuf>,
+    _hosts: Vec<crate::gpu::HostBuf>,
 }
 
 /// Every kernel name the forward pass launches.
@@ -352,15 +450,25 @@ struct Uploader<'a> {
     bufs: Vec<DevBuf>,
     tensors: HashMap<usize, u64>,
     bytes: usize,
+    /// Experts per layer in device memory when placed apart.
+    place: Option<usize>,
+    hosts: Vec<crate::gpu::HostBuf>,
+    placed: ExpertPlacement,
 }
 
 impl Uploader<'_> {
-    fn vec(&mut self, v: &[f32]) -> Result<u64, ModelError> {
-        let b = self.gpu.upload(v).map_err(merr)?;
+    /// A device copy of `data` (see [`Gpu::upload`]) kept with the model's
+    /// weights and counted in their bytes; its address.
+    fn keep<T: Copy>(&mut self, data: &[T]) -> Result<u64, ModelError> {
+        let b = self.gpu.upload(data).map_err(merr)?;
         let p = b.ptr;
         self.bytes += b.bytes;
         self.bufs.push(b);
         Ok(p)
+    }
+
+    fn vec(&mut self, v: &[f32]) -> Result<u64, ModelError> {
+        self.keep(v)
     }
 
     /// Kernel `{kind}_{T}` for a matrix of type `ty`, after checking that its
@@ -400,18 +508,15 @@ impl Uploader<'_> {
         let mm = k("mm")?;
         let parts = redlite_model::weights::qmats(self.f, m)?;
         let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
-        let b = if let [one] = parts.as_slice() {
-            self.gpu.upload(one.data).map_err(merr)?
+        let ptr = if let [one] = parts.as_slice() {
+            self.keep(one.data)?
         } else {
             let mut all = Vec::with_capacity(row_bytes * m.n_out);
             for p in &parts {
                 all.extend_from_slice(p.data);
             }
-            self.gpu.upload(&all).map_err(merr)?
+            self.keep(&all)?
         };
-        let ptr = b.ptr;
-        self.bytes += b.bytes;
-        self.bufs.push(b);
         Ok(DMat {
             ty: m.ty,
             kern,
@@ -424,33 +529,135 @@ impl Uploader<'_> {
     }
 
     fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
-        let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
-        let kern = self.mv_kernels(x.ty, x.n_in, name)?;
-        let (mvg, mmg) = (k("mvg")?, k("mmg")?);
         let base = match self.tensors.get(&x.tensor) {
             Some(&p) => p,
             None => {
                 let data = self.f.tensor_data(&self.f.tensors[x.tensor]);
-                let b = self.gpu.upload(data).map_err(merr)?;
-                let p = b.ptr;
-                self.bytes += b.bytes;
-                self.bufs.push(b);
+                let p = self.keep(data)?;
                 self.tensors.insert(x.tensor, p);
                 p
             }
         };
-        let row_bytes = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
+        self.expert_stack(x, name, base + x.offset as u64, x.stride as u64, 0)
+    }
+
+    /// The device view of expert stack `x` at `base` (`stride` apart, or
+    /// through a table: [`RL_TABLE`]) with its kernels.
+    fn expert_stack(
+        &self,
+        x: &Experts,
+        name: &str,
+        base: u64,
+        stride: u64,
+        rec_off: u64,
+    ) -> Result<DExperts, ModelError> {
+        let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
         Ok(DExperts {
-            kern,
-            mvg,
-            mmg,
+            kern: self.mv_kernels(x.ty, x.n_in, name)?,
+            mvg: k("mvg")?,
+            mmg: k("mmg")?,
             n_in: x.n_in,
             n_out: x.n_out,
-            row_bytes,
-            base: base + x.offset as u64,
-            stride: x.stride as u64,
+            row_bytes: x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize,
+            base,
+            stride,
+            rec_off,
         })
     }
+
+    /// A layer's routed experts (gate, up, down) placed apart: each expert's
+    /// three matrices copied into one record, the first `vram` records in
+    /// device memory and the rest in pinned host memory, with one address
+    /// table per matrix.
+    fn placed_experts(
+        &mut self,
+        xs: [&Experts; 3],
+        names: [&str; 3],
+        n_expert: usize,
+        vram: usize,
+    ) -> Result<[DExperts; 3], ModelError> {
+        let vram = vram.min(n_expert);
+        let (offs, sizes, rec) = expert_record(xs);
+        let datas: Vec<&[u8]> = xs
+            .iter()
+            .map(|x| self.f.tensor_data(&self.f.tensors[x.tensor]))
+            .collect();
+        let slice = |i: usize, e: usize| -> Result<&[u8], ModelError> {
+            let a = xs[i].offset + e * xs[i].stride;
+            datas[i].get(a..a + sizes[i]).ok_or_else(|| {
+                ModelError::Backend(format!(
+                    "{}: expert {e} lies past the tensor's {} bytes",
+                    names[i],
+                    datas[i].len()
+                ))
+            })
+        };
+        // Device part: staged on the host, uploaded at once (64 bytes of
+        // padding behind it, as every weight buffer has).
+        let mut stage = vec![0u8; vram * rec];
+        for e in 0..vram {
+            for i in 0..3 {
+                let at = e * rec + offs[i];
+                stage[at..at + sizes[i]].copy_from_slice(slice(i, e)?);
+            }
+        }
+        let dev = self.gpu.upload(&stage).map_err(merr)?;
+        drop(stage);
+        let n_host = n_expert - vram;
+        let mut host = self
+            .gpu
+            .alloc_host_mapped(n_host * rec + 64)
+            .map_err(merr)?;
+        {
+            let hs = host.as_mut_slice();
+            for e in vram..n_expert {
+                for i in 0..3 {
+                    let at = (e - vram) * rec + offs[i];
+                    hs[at..at + sizes[i]].copy_from_slice(slice(i, e)?);
+                }
+            }
+        }
+        let rec_at = |e: usize| -> u64 {
+            if e < vram {
+                dev.ptr + (e * rec) as u64
+            } else {
+                host.dev + ((e - vram) * rec) as u64
+            }
+        };
+        let mut out = Vec::with_capacity(3);
+        for (i, x) in xs.iter().enumerate() {
+            let table: Vec<u64> = (0..n_expert).map(|e| rec_at(e) + offs[i] as u64).collect();
+            let tb = self.keep(&table)?;
+            out.push(self.expert_stack(x, names[i], tb, RL_TABLE, offs[i] as u64)?);
+        }
+        self.placed.vram = vram;
+        self.placed.vram_bytes += dev.bytes;
+        self.placed.host_bytes += host.bytes;
+        self.bytes += dev.bytes;
+        self.bufs.push(dev);
+        self.hosts.push(host);
+        let mut it = out.into_iter();
+        match (it.next(), it.next(), it.next()) {
+            (Some(g), Some(u), Some(d)) => Ok([g, u, d]),
+            _ => unreachable!("three matrices were placed"),
+        }
+    }
+}
+
+/// One expert's record as `placed_experts` lays it out: where each of its
+/// three matrices starts (16-byte aligned), their bytes, and the record's
+/// bytes (a multiple of 256).
+fn expert_record(xs: [&Experts; 3]) -> ([usize; 3], [usize; 3], usize) {
+    let mut offs = [0usize; 3];
+    let mut sizes = [0usize; 3];
+    let mut rec = 0usize;
+    for (i, x) in xs.iter().enumerate() {
+        let rb = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
+        offs[i] = rec;
+        sizes[i] = rb * x.n_out;
+        rec = (rec + sizes[i]).next_multiple_of(16);
+    }
+    (offs, sizes, rec.next_multiple_of(256))
 }
 
 impl CudaModel {
@@ -459,6 +666,17 @@ impl CudaModel {
     pub fn new(
         model: &Model,
         ordinal: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CudaModel, ModelError> {
+        Self::with_options(model, ordinal, CudaOptions::default(), progress)
+    }
+
+    /// [`CudaModel::new`] with options (a device budget for the routed
+    /// experts).
+    pub fn with_options(
+        model: &Model,
+        ordinal: usize,
+        opts: CudaOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CudaModel, ModelError> {
         if model.expert_cache().is_some() {
@@ -487,12 +705,34 @@ impl CudaModel {
         let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names()).map_err(merr)?;
         let w = model.weights();
         let f = model.gguf();
+        // Without a budget, fit the free memory when asked: every expert when
+        // the whole model fits with the reserve, else what is left for them.
+        let mut opts = opts;
+        if opts.expert_vram_bytes.is_none() && opts.fit {
+            let (free, _) = gpu.mem_info().map_err(merr)?;
+            let (experts, other) = redlite_model::expert_split(f);
+            opts.expert_vram_bytes = fit_budget(free as u64, experts, other)?;
+        }
+        // Experts per layer in device memory under the budget (None: all).
+        let place = match (opts.expert_vram_bytes, w.layers.first()) {
+            (Some(budget), Some(l0)) => {
+                let m = &l0.moe;
+                let rec = expert_record([&m.gate, &m.up, &m.down]).2.max(1) as u64;
+                let per_layer = budget / (w.layers.len().max(1) as u64);
+                let n = (per_layer / rec) as usize;
+                (n < c.n_expert).then_some(n)
+            }
+            _ => None,
+        };
         let mut up = Uploader {
             gpu: &gpu,
             f,
             bufs: Vec::new(),
             tensors: HashMap::new(),
             bytes: 0,
+            place,
+            hosts: Vec::new(),
+            placed: ExpertPlacement::default(),
         };
         let n = w.layers.len();
         let mut layers = Vec::with_capacity(n);
@@ -519,14 +759,31 @@ impl CudaModel {
                 },
             };
             let m = &l.moe;
+            let [gate, upx, down] = match up.place {
+                Some(vram) => up.placed_experts(
+                    [&m.gate, &m.up, &m.down],
+                    [
+                        &nm("ffn_gate_exps"),
+                        &nm("ffn_up_exps"),
+                        &nm("ffn_down_exps"),
+                    ],
+                    c.n_expert,
+                    vram,
+                )?,
+                None => [
+                    up.experts(&m.gate, &nm("ffn_gate_exps"))?,
+                    up.experts(&m.up, &nm("ffn_up_exps"))?,
+                    up.experts(&m.down, &nm("ffn_down_exps"))?,
+                ],
+            };
             layers.push(DLayer {
                 attn_norm: up.vec(&l.attn_norm)?,
                 post_norm: up.vec(&l.post_norm)?,
                 mixer,
                 router: up.mat(&m.router, &nm("ffn_gate_inp"))?,
-                gate: up.experts(&m.gate, &nm("ffn_gate_exps"))?,
-                up: up.experts(&m.up, &nm("ffn_up_exps"))?,
-                down: up.experts(&m.down, &nm("ffn_down_exps"))?,
+                gate,
+                up: upx,
+                down,
                 sh_gate: up.mat(&m.sh_gate, &nm("ffn_gate_shexp"))?,
                 sh_up: up.mat(&m.sh_up, &nm("ffn_up_shexp"))?,
                 sh_down: up.mat(&m.sh_down, &nm("ffn_down_shexp"))?,
@@ -541,6 +798,8 @@ impl CudaModel {
         let flat: Vec<f64> = pairs.iter().flat_map(|&(a, b, m)| [a, b, m]).collect();
         let rope_pairs = gpu.upload(&flat).map_err(merr)?;
         let weight_bytes = up.bytes;
+        let placement = up.place.map(|_| up.placed);
+        let hosts = up.hosts;
         let bufs = up.bufs;
         let scratch = Scratch::new(&gpu, &c).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
@@ -585,7 +844,9 @@ impl CudaModel {
             tiled,
             fuse_gu,
             fuse_router,
+            placement,
             _bufs: bufs,
+            _hosts: hosts,
         })
     }
 
@@ -616,6 +877,11 @@ impl CudaModel {
     /// Bytes of weights held on the device.
     pub fn weight_bytes(&self) -> usize {
         self.weight_bytes
+    }
+
+    /// Where the routed experts live, when not all in device memory.
+    pub fn placement(&self) -> Option<ExpertPlacement> {
+        self.placement
     }
 
     /// `y = M·x` over `t` tokens; `exact`: each token computed exactly as a
@@ -784,7 +1050,7 @@ impl CudaModel {
     fn mv_gate_up(
         &self,
         g: GuMat,
-        up_base: u64,
+        up_off: u64,
         ids: u64,
         slots: usize,
         x: u64,
@@ -801,7 +1067,7 @@ impl CudaModel {
             0,
             &[
                 Arg::U(g.base),
-                Arg::U(up_base.wrapping_sub(g.base)),
+                Arg::U(up_off),
                 Arg::U(g.row_bytes as u64),
                 Arg::I(g.n_in as i32),
                 Arg::I(g.n_out as i32),
@@ -1230,7 +1496,8 @@ impl CudaModel {
                 // silu(gate) ⊙ up directly.
                 let fused = match GuMat::experts(&l.gate, &l.up) {
                     Some(gu) => {
-                        self.mv_gate_up(gu, l.up.base, s.ids.ptr, slots, s.h.ptr, kk, s.eg.ptr)?
+                        let up_off = l.gate.up_off(&l.up);
+                        self.mv_gate_up(gu, up_off, s.ids.ptr, slots, s.h.ptr, kk, s.eg.ptr)?
                     }
                     None => false,
                 };
@@ -1264,7 +1531,10 @@ impl CudaModel {
             }
             let fused = if t == 1 || exact {
                 match GuMat::dense(&l.sh_gate, &l.sh_up) {
-                    Some(gu) => self.mv_gate_up(gu, l.sh_up.ptr, 0, t, s.h.ptr, 1, s.sg.ptr)?,
+                    Some(gu) => {
+                        let up_off = l.sh_up.ptr.wrapping_sub(l.sh_gate.ptr);
+                        self.mv_gate_up(gu, up_off, 0, t, s.h.ptr, 1, s.sg.ptr)?
+                    }
                     None => false,
                 }
             } else {
@@ -1693,8 +1963,15 @@ impl DeviceState for CudaState {
 
 impl DeviceForward for CudaModel {
     fn name(&self) -> String {
+        let experts = match self.placement {
+            Some(p) => format!(
+                "; experts: {} of {} per layer in device memory, the rest in pinned host memory",
+                p.vram, self.c.n_expert
+            ),
+            None => String::new(),
+        };
         format!(
-            "cuda:{} ({}, sm_{}{}, f32 activations)",
+            "cuda:{} ({}, sm_{}{}, f32 activations{experts})",
             self.gpu.ordinal, self.gpu.name, self.gpu.cc.0, self.gpu.cc.1
         )
     }

@@ -542,6 +542,37 @@ fn states_fork_and_roll_back_on_the_device() {
     }
     assert_eq!(rows, plain_rows, "verify rows equal plain decoding");
     let stale = trail;
+    // Two passes of the same length at different positions: both equal
+    // decoding, and a rollback into the second continues as decoding would.
+    let mut v3 = model.new_state();
+    model.forward(&mut v3, head, false).expect("prefill");
+    let mut plain3 = v3.snapshot();
+    let (r3a, _) = model.forward_verify(&mut v3, &tail[..6]).expect("verify a");
+    let (r3b, trail3) = model
+        .forward_verify(&mut v3, &tail[6..12])
+        .expect("verify b");
+    let mut plain_rows3 = Vec::new();
+    for &t in &tail[..12] {
+        plain_rows3.extend(model.forward(&mut plain3, &[t], false).expect("decode"));
+    }
+    assert_eq!(
+        [r3a, r3b].concat(),
+        plain_rows3,
+        "repeated verify rows equal decoding"
+    );
+    v3.rollback(&trail3, 2)
+        .expect("rollback to 2 of the second pass");
+    let mut again3 = model.new_state();
+    model
+        .forward(&mut again3, &tokens[..68], false)
+        .expect("prefill 68");
+    let x3 = model.forward(&mut v3, &tail[8..10], true).expect("x3");
+    let y3 = model.forward(&mut again3, &tail[8..10], true).expect("y3");
+    let d3 = max_abs(&x3, &y3);
+    assert!(
+        d3 <= 1e-2,
+        "rolled back state diverges after a repeated pass: {d3}"
+    );
     // Longer than one verify pass (16 tokens): chunked, still equal to
     // decoding, and a rollback into the second chunk continues exactly as
     // decoding those tokens would.
@@ -598,4 +629,77 @@ fn states_fork_and_roll_back_on_the_device() {
     // A CPU state is refused with an error, not a panic.
     let mut cpu_state = load("tiny-s-Q4_K_M.gguf").new_state();
     assert!(model.forward(&mut cpu_state, &[1], false).is_err());
+}
+
+/// Routed experts placed apart (a device budget of two experts per layer,
+/// the rest in pinned host memory read over the bus) give the all-resident
+/// model's logits bit for bit: prefill, decode and a verify pass.
+#[test]
+fn experts_placed_apart_equal_resident() {
+    if !gpu_ready() {
+        return;
+    }
+    for name in ["tiny-s-Q4_K_M.gguf", "tiny-s-CF2mix.gguf"] {
+        if name.contains("CF2mix")
+            && std::env::var("REDLITE_GPU_TYPES").is_ok_and(|t| !t.contains("CF2mix"))
+        {
+            continue;
+        }
+        let resident = load_gpu(name);
+        let mut placed = load(name);
+        // Two experts' records per layer (gate + up + down, with room for
+        // their alignment padding).
+        let f = placed.gguf();
+        let layer0: u64 = f
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("blk.0.") && redlite_model::is_expert_tensor(&t.name))
+            .map(|t| t.n_bytes)
+            .sum();
+        let c = placed.config().clone();
+        let rec = layer0 / c.n_expert as u64 + 512;
+        let budget = 2 * rec * c.n_layer as u64;
+        let opts = redlite_cuda::CudaOptions {
+            expert_vram_bytes: Some(budget),
+            fit: false,
+        };
+        let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .expect("the budget leaves experts on the host");
+        assert!(
+            c.n_expert > 2,
+            "{name}: the test needs more than two experts"
+        );
+        assert_eq!(p.vram, 2, "{name}: two experts per layer in device memory");
+        assert!(p.host_bytes > 0, "{name}: experts on the host");
+        let tokens = prompt_ids(&prompts(), "code");
+        let (head, tail) = tokens.split_at(tokens.len() - 8);
+        let mut a = resident.new_state();
+        let mut b = placed.new_state();
+        let la = resident.forward(&mut a, head, true).expect("prefill");
+        let lb = placed.forward(&mut b, head, true).expect("prefill");
+        assert!(
+            la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name}: prefill"
+        );
+        for &t in &tail[..3] {
+            let la = resident.forward(&mut a, &[t], false).expect("decode");
+            let lb = placed.forward(&mut b, &[t], false).expect("decode");
+            assert!(
+                la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name}: decode"
+            );
+        }
+        let (va, _) = resident.forward_verify(&mut a, &tail[3..]).expect("verify");
+        let (vb, _) = placed.forward_verify(&mut b, &tail[3..]).expect("verify");
+        assert!(
+            va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name}: verify"
+        );
+        println!(
+            "gpu {name}: experts 2 per layer in device memory ({} B), {} B on the host: \
+             prefill, decode and verify equal the resident model bit for bit",
+            p.vram_bytes, p.host_bytes
+        );
+    }
 }
