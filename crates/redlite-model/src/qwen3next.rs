@@ -352,22 +352,21 @@ impl LayerTrail {
         let [hk, hv, dk, dv] = self.dims;
         let (kd, vd) = (hk * dk, hv * dv);
         ssm.copy_from_slice(&self.ssm0);
-        let mut out = vec![0f32; vd];
-        for a in 0..keep {
-            let inp = DeltaInputs {
-                q: &self.q[a * kd..(a + 1) * kd],
-                k: &self.k[a * kd..(a + 1) * kd],
-                v: &self.v[a * vd..(a + 1) * vd],
-                beta: &self.beta[a * hv..(a + 1) * hv],
-                g: &self.g[a * hv..(a + 1) * hv],
-                n_tok: 1,
-                h_k: hk,
-                h_v: hv,
-                d_k: dk,
-                d_v: dv,
-            };
-            be.delta_rule_recurrent(&inp, ssm, &mut out);
-        }
+        let mut out = vec![0f32; keep * vd];
+        let inp = DeltaInputs {
+            q: &self.q[..keep * kd],
+            k: &self.k[..keep * kd],
+            v: &self.v[..keep * vd],
+            beta: &self.beta[..keep * hv],
+            g: &self.g[..keep * hv],
+            n_tok: keep,
+            h_k: hk,
+            h_v: hv,
+            d_k: dk,
+            d_v: dv,
+        };
+        // Token by token within each head, as the pass ran them.
+        be.delta_rule_recurrent(&inp, ssm, &mut out);
     }
 }
 
@@ -882,28 +881,29 @@ fn deltanet(
         rec.g = g.clone();
         rec.dims = [hk, hv, dk, dv];
     }
+    // A segment goes through the recurrent kernel in one call when exact
+    // (it steps token by token within each head, so the results are those
+    // of one call per token, with each head's state kept in cache across
+    // the tokens) or one token long; otherwise through the chunked form.
     let mut o = vec![0f32; t * value_dim];
-    for (i, s0, n) in segs.iter() {
-        let step = if ex { 1 } else { n };
-        for a in (s0..s0 + n).step_by(step) {
-            let inp = DeltaInputs {
-                q: &q[a * key_dim..(a + step) * key_dim],
-                k: &k[a * key_dim..(a + step) * key_dim],
-                v: &v[a * value_dim..(a + step) * value_dim],
-                beta: &beta[a * hv..(a + step) * hv],
-                g: &g[a * hv..(a + step) * hv],
-                n_tok: step,
-                h_k: hk,
-                h_v: hv,
-                d_k: dk,
-                d_v: dv,
-            };
-            let out = &mut o[a * value_dim..(a + step) * value_dim];
-            if step == 1 {
-                be.delta_rule_recurrent(&inp, states[i].1, out);
-            } else {
-                be.delta_rule_chunked(&inp, states[i].1, out);
-            }
+    for (i, a, n) in segs.iter() {
+        let inp = DeltaInputs {
+            q: &q[a * key_dim..(a + n) * key_dim],
+            k: &k[a * key_dim..(a + n) * key_dim],
+            v: &v[a * value_dim..(a + n) * value_dim],
+            beta: &beta[a * hv..(a + n) * hv],
+            g: &g[a * hv..(a + n) * hv],
+            n_tok: n,
+            h_k: hk,
+            h_v: hv,
+            d_k: dk,
+            d_v: dv,
+        };
+        let out = &mut o[a * value_dim..(a + n) * value_dim];
+        if ex || n == 1 {
+            be.delta_rule_recurrent(&inp, states[i].1, out);
+        } else {
+            be.delta_rule_chunked(&inp, states[i].1, out);
         }
     }
     tr.put("attn_output", Some(il), t, &o);
