@@ -848,7 +848,7 @@ impl Backend for CpuBackend {
 
     fn delta_rule_chunked(&self, inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32]) {
         self.pool
-            .install(|| delta_all_heads(inp, state, out, delta_head_chunked))
+            .install(|| delta_all_heads(inp, state, out, crate::delta::delta_head_blocked))
     }
 
     fn delta_rule_recurrent(&self, inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32]) {

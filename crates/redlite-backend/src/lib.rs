@@ -12,6 +12,7 @@ use redlite_gguf::GgmlType;
 use redlite_quant::{DequantFn, DotFn};
 
 pub mod cpu;
+pub mod delta;
 pub mod simd;
 
 pub use cpu::{Activations, CpuBackend};
