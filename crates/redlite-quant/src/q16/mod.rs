@@ -30,6 +30,7 @@ pub const QK: usize = 256;
 /// Tokens a multi-token dot handles per pass over a weight row (more are
 /// taken in groups of this many).
 pub const NMAX: usize = 16;
+
 /// Largest activation magnitude after quantization.
 pub const XMAX: f32 = 16383.0;
 
@@ -483,6 +484,27 @@ pub(crate) mod x86 {
         finite
     }
 
+    /// How far ahead of the block being read the dot kernels ask for the
+    /// weights' cache lines (software prefetch). The weights stream from
+    /// memory once per token; the hardware prefetchers alone left one core at
+    /// about 6 GB/s on a Xeon (decode of the 64-expert cf2 file, 2 threads:
+    /// 4.5 tok/s without; one line per block 2, 4 or 8 KiB ahead 5.0, 5.2
+    /// and 5.1–5.3; every line of each block 4 KiB ahead 5.5).
+    const PREFETCH: usize = 4096;
+
+    /// Hint the cache lines of the `len` bytes `PREFETCH` bytes past offset
+    /// `off` of `data` (possibly past its end: a prefetch never faults).
+    #[inline(always)]
+    unsafe fn prefetch_ahead(data: &[u8], off: usize, len: usize) {
+        if PREFETCH > 0 {
+            let mut o = 0;
+            while o < len {
+                _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().wrapping_add(off + o + PREFETCH).cast());
+                o += 64;
+            }
+        }
+    }
+
     /// One super-block of the AVX-512 driver for one token: the integer dot
     /// of the unpacked weights `u` with block `b` of `x`, scaled into the
     /// token's accumulators. The single- and multi-token drivers both run
@@ -572,6 +594,7 @@ pub(crate) mod x86 {
         let mut accm = _mm256_setzero_ps();
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
             block512::<U, VNNI>(&u, &x, b, &mut acc, &mut accm);
         }
@@ -658,6 +681,7 @@ pub(crate) mod x86 {
         let mut accm = [_mm256_setzero_ps(); NMAX];
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
             let mut w = [_mm512_setzero_si512(); 8];
             for (i, wi) in w.iter_mut().enumerate() {
@@ -768,6 +792,7 @@ pub(crate) mod x86 {
         let mut acc = _mm256_setzero_ps();
         let mut accm = _mm256_setzero_ps();
         for b in 0..nb {
+            prefetch_ahead(data, b * bytes, bytes);
             let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
             kb_apply(&k, &x, b, &mut acc, &mut accm);
         }
@@ -786,6 +811,7 @@ pub(crate) mod x86 {
         let mut acc = [_mm256_setzero_ps(); NMAX];
         let mut accm = [_mm256_setzero_ps(); NMAX];
         for b in 0..nb {
+            prefetch_ahead(data, b * bytes, bytes);
             let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
             for t in 0..n {
                 kb_apply(&k, &xs[t], b, &mut acc[t], &mut accm[t]);
@@ -820,6 +846,7 @@ pub(crate) mod x86 {
         let mut acc = [_mm256_setzero_ps(); NMAX];
         let mut accm = [_mm256_setzero_ps(); NMAX];
         for b in 0..nb {
+            prefetch_ahead(data, b * bytes, bytes);
             let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
             let mut w = [_mm512_setzero_si512(); 8];
             for (kk, wk) in w.iter_mut().enumerate() {
@@ -959,6 +986,7 @@ pub(crate) mod x86 {
         let mut accm = _mm256_setzero_ps();
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
             block_avx2::<U>(&u, &x, b, &mut acc, &mut accm);
         }
@@ -974,6 +1002,7 @@ pub(crate) mod x86 {
         let mut accm = [_mm256_setzero_ps(); NMAX];
         let nb = data.len() / U::BYTES;
         for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
             U::avx2(&data[b * U::BYTES..(b + 1) * U::BYTES], &mut u);
             for t in 0..n {
                 block_avx2::<U>(&u, &xs[t], b, &mut acc[t], &mut accm[t]);
