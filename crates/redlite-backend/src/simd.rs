@@ -265,6 +265,9 @@ pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f64 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// Key rows ahead that [`scores8_avx2`] prefetches.
+    const KEY_PREFETCH: usize = 8;
+
     /// Scores of eight query heads against `n` key rows.
     ///
     /// # Safety
@@ -285,6 +288,15 @@ mod x86 {
         // values, k rows 0..n at `stride` and out rows 0..8 of n columns.
         for j in 0..n {
             let kr = pk.add(j * stride);
+            // The key row KEY_PREFETCH rows ahead, every line (a prefetch
+            // past the cache's end never faults). Long contexts stream the
+            // keys from memory once per query group.
+            let ahead = kr.wrapping_add(KEY_PREFETCH * stride);
+            let mut c = 0;
+            while c < hd {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(c).cast());
+                c += 16;
+            }
             let mut acc = [_mm256_setzero_ps(); 8];
             let mut c = 0;
             while c < hd {
