@@ -568,9 +568,14 @@ pub fn delta_head_recurrent(inp: &DeltaInputs<'_>, h: usize, m: &mut [f32], o: &
     }
 }
 
-type HeadFn = fn(&DeltaInputs<'_>, usize, &mut [f32], &mut [f32]);
+pub(crate) type HeadFn = fn(&DeltaInputs<'_>, usize, &mut [f32], &mut [f32]);
 
-fn delta_all_heads(inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32], f: HeadFn) {
+pub(crate) fn delta_all_heads(
+    inp: &DeltaInputs<'_>,
+    state: &mut [f32],
+    out: &mut [f32],
+    f: HeadFn,
+) {
     let (t, h_v, d_v, d_k) = (inp.n_tok, inp.h_v, inp.d_v, inp.d_k);
     assert_eq!(state.len(), h_v * d_v * d_k, "delta rule: state size");
     assert_eq!(out.len(), t * h_v * d_v, "delta rule: output size");
@@ -927,39 +932,15 @@ mod tests {
         CpuBackend::new(Some(2)).expect("pool")
     }
 
-    fn l2(v: &mut [f32], dim: usize) {
-        for r in v.chunks_mut(dim) {
-            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
-            r.iter_mut().for_each(|x| *x /= n);
-        }
-    }
-
     #[test]
     fn chunked_delta_rule_matches_recurrence() {
         let (h_k, h_v, d_k, d_v) = (2, 4, 16, 8);
         let be = backend();
         for &t in &[1usize, 2, 3, 63, 64, 65, 130] {
             let mut r = Rng(t as u64 + 7);
-            let mut q = r.vec(t * h_k * d_k);
-            let mut k = r.vec(t * h_k * d_k);
-            l2(&mut q, d_k);
-            l2(&mut k, d_k);
-            let v = r.vec(t * h_v * d_v);
-            let beta: Vec<f32> = (0..t * h_v).map(|_| 0.5 + 0.5 * r.f()).collect();
-            let g: Vec<f32> = (0..t * h_v).map(|_| -0.3 * (1.0 + r.f())).collect();
-            let inp = DeltaInputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                beta: &beta,
-                g: &g,
-                n_tok: t,
-                h_k,
-                h_v,
-                d_k,
-                d_v,
-            };
-            let s0 = r.vec(h_v * d_v * d_k);
+            let case =
+                crate::test_util::DeltaCase::new(&mut || r.f(), t, [h_k, h_v, d_k, d_v], 0.3);
+            let (inp, s0) = (case.inputs(), &case.s0);
             let (mut s1, mut s2) = (s0.clone(), s0.clone());
             let mut o1 = vec![0f32; t * h_v * d_v];
             let mut o2 = o1.clone();

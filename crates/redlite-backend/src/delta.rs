@@ -321,20 +321,14 @@ pub fn delta_head_blocked_generic(inp: &DeltaInputs<'_>, h: usize, m: &mut [f32]
 /// `m` is the head's state `[d_v, d_k]`, `o` its output `[T, d_v]`.
 pub fn delta_head_blocked(inp: &DeltaInputs<'_>, h: usize, m: &mut [f32], o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use redlite_quant::Isa;
-        let isa = redlite_quant::isa();
-        if isa >= Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F (and, with it, AVX2 and FMA) detected.
-            return flush_subnormals(|| unsafe { head_avx512(inp, h, m, o) });
+    match redlite_quant::isa() {
+        // SAFETY: isa() reports Avx512 only where AVX-512 F/BW/VL, AVX2
+        // and FMA were detected, Avx2 only where AVX2 and FMA were.
+        redlite_quant::Isa::Avx512 => {
+            return flush_subnormals(|| unsafe { head_avx512(inp, h, m, o) })
         }
-        if isa >= Isa::Avx2
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX2 and FMA detected.
-            return flush_subnormals(|| unsafe { head_avx2(inp, h, m, o) });
-        }
+        redlite_quant::Isa::Avx2 => return flush_subnormals(|| unsafe { head_avx2(inp, h, m, o) }),
+        redlite_quant::Isa::Scalar => {}
     }
     delta_head_blocked_generic(inp, h, m, o)
 }
@@ -342,40 +336,14 @@ pub fn delta_head_blocked(inp: &DeltaInputs<'_>, h: usize, m: &mut [f32], o: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rng_vec(seed: &mut u64, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                *seed ^= *seed << 13;
-                *seed ^= *seed >> 7;
-                *seed ^= *seed << 17;
-                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    fn l2(v: &mut [f32], dim: usize) {
-        for r in v.chunks_mut(dim) {
-            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
-            r.iter_mut().for_each(|x| *x /= n);
-        }
-    }
-
-    type Head = fn(&DeltaInputs<'_>, usize, &mut [f32], &mut [f32]);
+    use crate::cpu::{delta_all_heads, HeadFn};
+    use crate::test_util::DeltaCase;
 
     /// Every head through `f`; returns (state, output).
-    fn run(inp: &DeltaInputs<'_>, s0: &[f32], f: Head) -> (Vec<f32>, Vec<f32>) {
-        let (t, h_v, d_v, d_k) = (inp.n_tok, inp.h_v, inp.d_v, inp.d_k);
+    fn run(inp: &DeltaInputs<'_>, s0: &[f32], f: HeadFn) -> (Vec<f32>, Vec<f32>) {
         let mut s = s0.to_vec();
-        let mut out = vec![0f32; t * h_v * d_v];
-        for (h, m) in s.chunks_mut(d_v * d_k).enumerate() {
-            let mut o = vec![0f32; t * d_v];
-            f(inp, h, m, &mut o);
-            for tt in 0..t {
-                out[(tt * h_v + h) * d_v..(tt * h_v + h + 1) * d_v]
-                    .copy_from_slice(&o[tt * d_v..(tt + 1) * d_v]);
-            }
-        }
+        let mut out = vec![0f32; inp.n_tok * inp.h_v * inp.d_v];
+        delta_all_heads(inp, &mut s, &mut out, f);
         (s, out)
     }
 
@@ -389,7 +357,7 @@ mod tests {
     /// blocks), and bit for bit across instruction sets.
     #[test]
     fn blocked_matches_the_reference_and_every_isa() {
-        for &(h_k, h_v, d_k, d_v) in &[(2, 4, 128, 128), (2, 4, 16, 8), (1, 2, 24, 72)] {
+        for dims in [[2, 4, 128, 128], [2, 4, 16, 8], [1, 2, 24, 72]] {
             // Mild decays, and strong ones that drive e^G below f32's
             // normal range within a chunk.
             for &(t, decay) in &[
@@ -400,48 +368,30 @@ mod tests {
                 (65, 0.3),
                 (130, 3.0),
             ] {
-                let mut seed = (t * 1000 + d_k + 3 * d_v) as u64 | 1;
-                let mut q = rng_vec(&mut seed, t * h_k * d_k);
-                let mut k = rng_vec(&mut seed, t * h_k * d_k);
-                l2(&mut q, d_k);
-                l2(&mut k, d_k);
-                let v = rng_vec(&mut seed, t * h_v * d_v);
-                let beta: Vec<f32> = rng_vec(&mut seed, t * h_v)
-                    .iter()
-                    .map(|x| 0.5 + 0.5 * x.abs())
-                    .collect();
-                let g: Vec<f32> = rng_vec(&mut seed, t * h_v)
-                    .iter()
-                    .map(|x| -decay * (1.0 + x.abs()))
-                    .collect();
-                let inp = DeltaInputs {
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                    beta: &beta,
-                    g: &g,
-                    n_tok: t,
-                    h_k,
-                    h_v,
-                    d_k,
-                    d_v,
+                let mut seed = (t * 1000 + dims[2] + 3 * dims[3]) as u64 | 1;
+                let mut next = || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
                 };
-                let s0 = rng_vec(&mut seed, h_v * d_v * d_k);
-                let (sr, or) = run(&inp, &s0, crate::cpu::delta_head_chunked);
-                let (sb, ob) = run(&inp, &s0, delta_head_blocked);
+                let case = DeltaCase::new(&mut next, t, dims, decay);
+                let (inp, s0) = (case.inputs(), &case.s0);
+                let (sr, or) = run(&inp, s0, crate::cpu::delta_head_chunked);
+                let (sb, ob) = run(&inp, s0, delta_head_blocked);
                 let (ds, dout) = (max_rel(&sr, &sb), max_rel(&or, &ob));
                 assert!(
                     ds < 1e-5 && dout < 1e-5,
-                    "dims {h_k}/{h_v}/{d_k}/{d_v}, T={t}: state {ds}, output {dout}"
+                    "dims {dims:?}, T={t}: state {ds}, output {dout}"
                 );
-                let (sg, og) = run(&inp, &s0, delta_head_blocked_generic);
+                let (sg, og) = run(&inp, s0, delta_head_blocked_generic);
                 assert!(sg == sb && og == ob, "generic differs, T={t}");
                 #[cfg(target_arch = "x86_64")]
                 if std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
                 {
                     // SAFETY: AVX2 and FMA detected.
-                    let (s2, o2) = run(&inp, &s0, |i, h, m, o| {
+                    let (s2, o2) = run(&inp, s0, |i, h, m, o| {
                         flush_subnormals(|| unsafe { head_avx2(i, h, m, o) })
                     });
                     assert!(s2 == sb && o2 == ob, "avx2 differs, T={t}");

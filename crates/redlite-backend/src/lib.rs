@@ -213,3 +213,71 @@ pub trait Backend: Send + Sync {
     /// KV head `h / (n_head / n_head_kv)`. Writes `out` `[n_tok, n_head, head_dim]`.
     fn attention(&self, s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]);
 }
+
+/// Test inputs shared by the delta-rule tests of several modules.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::DeltaInputs;
+
+    /// Random delta-rule inputs of one shape: `q`, `k` L2-normalised per key
+    /// head, `β` in (0, 1), decays `g = -decay·(1 + u)`, and a start state.
+    pub struct DeltaCase {
+        pub q: Vec<f32>,
+        pub k: Vec<f32>,
+        pub v: Vec<f32>,
+        pub beta: Vec<f32>,
+        pub g: Vec<f32>,
+        pub s0: Vec<f32>,
+        pub t: usize,
+        pub dims: [usize; 4],
+    }
+
+    fn l2(v: &mut [f32], dim: usize) {
+        for r in v.chunks_mut(dim) {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            r.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+
+    impl DeltaCase {
+        /// `next` draws uniform values in [-1, 1); `dims` = `[h_k, h_v, d_k, d_v]`.
+        pub fn new(next: &mut impl FnMut() -> f32, t: usize, dims: [usize; 4], decay: f32) -> Self {
+            let [h_k, h_v, d_k, d_v] = dims;
+            let mut vec = |n: usize| (0..n).map(|_| next()).collect::<Vec<f32>>();
+            let mut q = vec(t * h_k * d_k);
+            let mut k = vec(t * h_k * d_k);
+            l2(&mut q, d_k);
+            l2(&mut k, d_k);
+            let v = vec(t * h_v * d_v);
+            let beta = vec(t * h_v).iter().map(|u| 0.5 + 0.5 * u).collect();
+            let g = vec(t * h_v).iter().map(|u| -decay * (1.0 + u)).collect();
+            let s0 = vec(h_v * d_v * d_k);
+            DeltaCase {
+                q,
+                k,
+                v,
+                beta,
+                g,
+                s0,
+                t,
+                dims,
+            }
+        }
+
+        pub fn inputs(&self) -> DeltaInputs<'_> {
+            let [h_k, h_v, d_k, d_v] = self.dims;
+            DeltaInputs {
+                q: &self.q,
+                k: &self.k,
+                v: &self.v,
+                beta: &self.beta,
+                g: &self.g,
+                n_tok: self.t,
+                h_k,
+                h_v,
+                d_k,
+                d_v,
+            }
+        }
+    }
+}
