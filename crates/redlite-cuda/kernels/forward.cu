@@ -12,6 +12,31 @@ typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (sm_90 and later, RL_PDL): every kernel may be
+// launched while the one before it on the stream still runs. RL_PDL_WAIT()
+// returns once every earlier kernel has finished and its writes are visible,
+// so each kernel calls it before its first read of anything an earlier kernel
+// wrote and before its first global write; only loads of weights (never
+// written by a kernel) come before it. RL_PDL_ENTER() then lets the next
+// kernel start (its blocks take free SM slots and issue their own weight
+// loads), one kernel ahead at most. Launched without the attribute, or on an
+// older GPU, both are no-ops.
+#ifndef RL_PDL
+#define RL_PDL 1
+#endif
+#if RL_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define RL_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+#define RL_PDL_NEXT() asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory")
+#else
+#define RL_PDL_WAIT()
+#define RL_PDL_NEXT()
+#endif
+#define RL_PDL_ENTER() \
+    do {               \
+        RL_PDL_WAIT(); \
+        RL_PDL_NEXT(); \
+    } while (0)
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
@@ -302,6 +327,7 @@ __device__ __forceinline__ int stage_row(uint8_t* sm, const uint8_t* src, int le
 #define DEF_MATVEC(T, ID)                                                                   \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                           \
         mv_##T(MV_PARAMS) {                                                                 \
+        RL_PDL_ENTER();                                                                     \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV_SEG + 32];                       \
         __shared__ __align__(16) float xs[MV_XS];                                           \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
@@ -500,12 +526,21 @@ REDLITE_DQ_TYPES(DEF_MV1_ROWS)
         const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
         bool live = row0 < n_out;                                                           \
-        u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* src[MV1_R];                                                          \
-        int nr = mv1_row_src(mat_at(W, e, w_zstride), row_bytes, row0, n_out, src);         \
+        int nr = 0;                                                                         \
         int shift[MV1_R];                                                                   \
-        if (live)                                                                           \
-            mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        const int nb0 = min(MV_SEG / BS_##T, n_in / QK_##T);                                \
+        /* Fixed matrices: the first segment is asked for before waiting on the */          \
+        /* kernel before; an expert's (ids) only once the router has written ids. */        \
+        if (!ids) {                                                                         \
+            nr = mv1_row_src(mat_at(W, (u64)z, w_zstride), row_bytes, row0, n_out, src);    \
+            if (live) mv1_issue_##T(src, 0, nb0, smem[warp], lane, shift);                  \
+        }                                                                                   \
+        RL_PDL_ENTER();                                                                     \
+        if (ids) {                                                                          \
+            nr = mv1_row_src(mat_at(W, (u64)ids[z], w_zstride), row_bytes, row0, n_out, src); \
+            if (live) mv1_issue_##T(src, 0, nb0, smem[warp], lane, shift);                  \
+        }                                                                                   \
         mv1_stage_x(xs, xsum8, xz, x2z, n_in);                                              \
         if (!live) return;                                                                  \
         float acc[MV1_R];                                                                   \
@@ -608,6 +643,7 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
         int shift[MV1_R];                                                                   \
         if (live)                                                                           \
             mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        RL_PDL_ENTER();                                                                     \
         mv1_stage_x(xs, xsum8, x + (u64)z * n_in, 0, n_in);                                 \
         float* lz = logits + (u64)z * ne;                                                   \
         if (live) {                                                                         \
@@ -630,6 +666,62 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
     }
 REDLITE_DQ_TYPES(DEF_ROUTER)
 
+// The router of an F32 matrix with rows of n_in <= 32·8·RD_J values (n_in a
+// multiple of 256), one row per warp: every lane loads all of its chunks
+// (chunk ci = lane + 32·j, in that order, as mv1_F32 takes them) into
+// registers at once, before waiting on the kernel before, so the whole
+// matrix is one trip to memory instead of mv1_F32's four staged segments.
+// Then as router_T: the block that finishes last takes the top k.
+#define RD_J 8
+extern "C" __global__ void __launch_bounds__(128)
+    router_f32(const float* __restrict__ W, int n_in, int ne, const float* __restrict__ x,
+               float* logits, int k, int* __restrict__ ids, float* __restrict__ wts,
+               int* counter) {
+    __shared__ __align__(16) float xs[32 * 8 * RD_J];
+    __shared__ int last;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row = blockIdx.x * 4 + warp;
+    int z = blockIdx.z;
+    bool live = row < ne;
+    int nj = n_in >> 8;
+    const float4* wr = (const float4*)(W + (u64)(live ? row : 0) * n_in);
+    float4 wv[RD_J][2];
+#pragma unroll
+    for (int j = 0; j < RD_J; j++) {
+        if (j < nj) {
+            wv[j][0] = __ldg(wr + 2 * (lane + 32 * j));
+            wv[j][1] = __ldg(wr + 2 * (lane + 32 * j) + 1);
+        }
+    }
+    RL_PDL_ENTER();
+    const float* xz = x + (u64)z * n_in;
+    for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = xz[i];
+    __syncthreads();
+    float* lz = logits + (u64)z * ne;
+    if (live) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < RD_J; j++) {
+            if (j < nj) {
+                W8 w;
+                w.q[0] = wv[j][0].x; w.q[1] = wv[j][0].y; w.q[2] = wv[j][0].z; w.q[3] = wv[j][0].w;
+                w.q[4] = wv[j][1].x; w.q[5] = wv[j][1].y; w.q[6] = wv[j][1].z; w.q[7] = wv[j][1].w;
+                acc += apply8_F32(w, xs + 8 * (lane + 32 * j), 0.f);
+            }
+        }
+        float s = warp_sum(acc);
+        if (lane == 0) lz[row] = s;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter + z, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (warp == 0) topk_row(lz, ne, k, ids + z * k, wts + z * k);
+    if (threadIdx.x == 0) counter[z] = 0;
+}
+
 // Gate and up products with the SwiGLU between them, one token per slot:
 // y_z[o] = silu(G_z[o]·x_z) · (U_z[o]·x_z), each warp one output o (its gate
 // row and up row staged as mv1_T's two rows, so both sums, and the product,
@@ -650,13 +742,18 @@ REDLITE_DQ_TYPES(DEF_ROUTER)
         int row = blockIdx.x * MV_WARPS + warp;                                             \
         int z = blockIdx.z;                                                                 \
         bool live = row < n_out;                                                            \
-        u64 e = ids ? (u64)ids[z] : (u64)z;                                                 \
         const uint8_t* src[MV1_R];                                                          \
-        src[0] = mat_at(W, e, w_zstride) + (u64)(live ? row : 0) * row_bytes;               \
-        src[1] = src[0] + up_off;                                                           \
         int shift[MV1_R];                                                                   \
-        if (live)                                                                           \
-            mv1_issue_##T(src, 0, min(MV_SEG / BS_##T, n_in / QK_##T), smem[warp], lane, shift); \
+        const int nb0 = min(MV_SEG / BS_##T, n_in / QK_##T);                                \
+        /* As mv1_T: fixed matrices asked for before the wait, experts after. */            \
+        for (int pass = 0; pass < 2; pass++) {                                              \
+            if (pass == 1) RL_PDL_ENTER();                                                  \
+            if ((ids != 0) != (pass == 1)) continue;                                        \
+            u64 e = ids ? (u64)ids[z] : (u64)z;                                             \
+            src[0] = mat_at(W, e, w_zstride) + (u64)(live ? row : 0) * row_bytes;           \
+            src[1] = src[0] + up_off;                                                       \
+            if (live) mv1_issue_##T(src, 0, nb0, smem[warp], lane, shift);                  \
+        }                                                                                   \
         mv1_stage_x(xs, xsum8, x + (u64)(z / x_div) * x_zstride, 0, n_in);                  \
         if (!live) return;                                                                  \
         float acc[MV1_R] = {0.f, 0.f};                                                      \
@@ -685,6 +782,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC_GU)
 #define DEF_MATVECN(T, ID)                                                                  \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MVN_MINB)                 \
         mvn_##T(MV_PARAMS) {                                                                \
+        RL_PDL_ENTER();                                                                     \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row0 = (blockIdx.x * MV_WARPS + warp) * MV1_R;                                  \
@@ -765,6 +863,7 @@ REDLITE_DQ_TYPES(DEF_MATVECN)
                 u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,       \
                 float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,       \
                 const int* __restrict__ offsets, const int* __restrict__ perm) {            \
+        RL_PDL_ENTER();                                                                     \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int row = blockIdx.x * MV_WARPS + warp;                                             \
         int e = blockIdx.z;                                                                 \
@@ -862,6 +961,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC_GROUPED)
         mm_##T(const uint8_t* __restrict__ Wb, u64 row_bytes, int n_in, int n_out,          \
                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,        \
                int n_tok) {                                                                 \
+        RL_PDL_ENTER();                                                                     \
         int r0 = blockIdx.x * MM_R, t0 = blockIdx.y * 32;                                   \
         MM_BODY(T, 32, x + (u64)min(t0 + xt, n_tok - 1) * ldx, t0 + xt < n_tok,             \
                 if (t0 + tj < n_tok) y[(u64)(t0 + tj) * ldy + row] = acc[i][j];)            \
@@ -877,6 +977,7 @@ REDLITE_DQ_TYPES(DEF_MM)
                 u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,       \
                 float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,       \
                 const int* __restrict__ offsets, const int* __restrict__ perm) {            \
+        RL_PDL_ENTER();                                                                     \
         int e = blockIdx.z;                                                                 \
         int cnt = counts[e];                                                                \
         if (cnt == 0) return;                                                               \
@@ -897,6 +998,7 @@ REDLITE_DQ_TYPES(DEF_MMG)
     extern "C" __global__ void getrows_##T(const uint8_t* __restrict__ W, u64 row_bytes,    \
                                            int n_in, const int* __restrict__ tok,           \
                                            float* __restrict__ out) {                       \
+        RL_PDL_ENTER();                                                                     \
         int t = blockIdx.x;                                                                 \
         const uint8_t* Wr = W + (u64)tok[t] * row_bytes;                                    \
         const int cpb = QK_##T / 8;                                                         \
@@ -918,6 +1020,7 @@ extern "C" __global__ void norm_rows(const float* __restrict__ in, float* __rest
                                      const float* __restrict__ w, int dim, int per,
                                      u64 in_outer, u64 in_inner, u64 out_outer, u64 out_inner,
                                      float eps, int mode, double mul) {
+    RL_PDL_ENTER();
     int r = blockIdx.x;
     const float* xi = in + (u64)(r / per) * in_outer + (u64)(r % per) * in_inner;
     float* xo = out + (u64)(r / per) * out_outer + (u64)(r % per) * out_inner;
@@ -936,6 +1039,7 @@ extern "C" __global__ void norm_rows(const float* __restrict__ in, float* __rest
 // (token, value head) row of dim values; z has the same layout as o.
 extern "C" __global__ void gated_rmsnorm(float* __restrict__ o, const float* __restrict__ z,
                                          const float* __restrict__ w, int dim, float eps) {
+    RL_PDL_ENTER();
     u64 base = (u64)blockIdx.x * dim;
     double ss = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)o[base + i] * (double)o[base + i];
@@ -949,6 +1053,7 @@ extern "C" __global__ void gated_rmsnorm(float* __restrict__ o, const float* __r
 
 // a = silu(a) ⊙ b
 extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict__ b, u64 n) {
+    RL_PDL_ENTER();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) a[i] = silu_f(a[i]) * b[i];
 }
@@ -966,6 +1071,7 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
                                      const float* __restrict__ w, const u64* __restrict__ tab,
                                      int slot, float* __restrict__ out, float* __restrict__ trail,
                                      u64 tstride) {
+    RL_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float* state = (float*)tab[slot];
@@ -1017,6 +1123,7 @@ extern "C" __global__ void __launch_bounds__(128)
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
                int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
                u64 tstride) {
+    RL_PDL_ENTER();
     float* S = (float*)tab[slot];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.x;
@@ -1099,6 +1206,7 @@ extern "C" __global__ void __launch_bounds__(128)
 extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, int hd, int half,
                                      const double* __restrict__ pairs, double mscale,
                                      const int* __restrict__ ctl) {
+    RL_PDL_ENTER();
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= T * heads * half) return;
     int pos0 = ctl[0];
@@ -1122,6 +1230,7 @@ extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, in
 extern "C" __global__ void kv_append(const float* __restrict__ k, const float* __restrict__ v,
                                      const u64* __restrict__ tab, int slot,
                                      const int* __restrict__ ctl, int T, int row) {
+    RL_PDL_ENTER();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     u64 n = (u64)T * row;
     if (i >= n) return;
@@ -1145,6 +1254,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
     attn_split(const float* __restrict__ q, const u64* __restrict__ tab, int slot,
                float* __restrict__ part, const int* __restrict__ ctl, int nh, int nkv, int hd,
                float scale, int ns) {
+    RL_PDL_ENTER();
     int g = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
     const float* Kc = (const float*)tab[slot];
     const float* Vc = (const float*)tab[slot + 1];
@@ -1249,6 +1359,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
 extern "C" __global__ void attn_combine(const float* __restrict__ part,
                                         const float* __restrict__ gate, u64 gate_stride,
                                         float* __restrict__ out, int nh, int hd, int ns) {
+    RL_PDL_ENTER();
     // ns <= 1024: the weights e^{m_s − M} of every split in shared memory.
     __shared__ float wsm[1024];
     __shared__ float redm[32];
@@ -1284,6 +1395,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
 
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ne, int k,
                                     int* __restrict__ ids, float* __restrict__ wts) {
+    RL_PDL_ENTER();
     int t = blockIdx.x;
     topk_row(logits + (u64)t * ne, ne, k, ids + t * k, wts + t * k);
 }
@@ -1294,6 +1406,7 @@ extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ne, in
 extern "C" __global__ void moe_group(const int* __restrict__ ids, int n, int ne,
                                      int* __restrict__ counts, int* __restrict__ offsets,
                                      int* __restrict__ perm) {
+    RL_PDL_ENTER();
     extern __shared__ int gsh[];
     int* cnt = gsh;
     int* pos = gsh + ne;
@@ -1324,6 +1437,7 @@ extern "C" __global__ void moe_combine_norm(float* __restrict__ x, const float* 
                                             const float* __restrict__ sh_inp, int d,
                                             const float* __restrict__ w, float* out,
                                             float eps) {
+    RL_PDL_ENTER();
     int t = blockIdx.x;
     float gl = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) gl += h[(u64)t * d + i] * sh_inp[i];
@@ -1351,6 +1465,7 @@ extern "C" __global__ void moe_combine_norm(float* __restrict__ x, const float* 
 extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ y,
                                        const float* __restrict__ w, float* __restrict__ out,
                                        int dim, float eps) {
+    RL_PDL_ENTER();
     u64 base = (u64)blockIdx.x * dim;
     double ss = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -1373,6 +1488,7 @@ __device__ __forceinline__ u64 splitmix(u64 z) {
     return z ^ (z >> 31);
 }
 extern "C" __global__ void fill_normal(float* __restrict__ x, u64 n, u64 seed, float scale) {
+    RL_PDL_ENTER();
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     u64 a = splitmix(seed ^ (2 * i)), b = splitmix(seed ^ (2 * i + 1));

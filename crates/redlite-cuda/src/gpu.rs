@@ -203,6 +203,14 @@ pub struct Gpu {
     funcs: HashMap<String, Func>,
     _module: sys::CUmodule,
     prof: Option<std::sync::Mutex<Prof>>,
+    /// Programmatic dependent launch (sm_90 and later): 0 never
+    /// (`REDLITE_CUDA_PDL=0`), 1 where the caller asks for it (the default),
+    /// 2 for every launch (`REDLITE_CUDA_PDL=2`, for comparison).
+    pdl_mode: u8,
+    /// Whether launches now go out with programmatic stream serialization:
+    /// each kernel may start while the one before it finishes, and waits
+    /// for it inside (`RL_PDL_WAIT` in forward.cu).
+    pdl: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the stream, module and functions are driver handles usable from any
@@ -273,6 +281,13 @@ impl Gpu {
             funcs,
             _module: module,
             prof,
+            pdl_mode: match std::env::var("REDLITE_CUDA_PDL").as_deref() {
+                _ if cc.0 < 9 => 0,
+                Ok("0") => 0,
+                Ok("2") => 2,
+                _ => 1,
+            },
+            pdl: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -282,6 +297,17 @@ impl Gpu {
             .get(name)
             .copied()
             .ok_or_else(|| CudaError::Driver(format!("no kernel named {name}")))
+    }
+
+    /// Ask for programmatic dependent launch on the launches that follow
+    /// (granted on sm_90 and later unless `REDLITE_CUDA_PDL` says otherwise).
+    pub fn set_pdl(&self, on: bool) {
+        let on = match self.pdl_mode {
+            0 => false,
+            2 => true,
+            _ => on,
+        };
+        self.pdl.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether per-kernel profiling is on (`REDLITE_CUDA_PROFILE=1`).
@@ -566,20 +592,49 @@ impl Gpu {
         for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
             *p = s as *mut u64 as *mut c_void;
         }
-        // SAFETY: each pointer addresses an 8-byte slot holding the argument
-        // in its low bytes (little-endian), as the kernel's parameter types
-        // expect; the slots outlive the call, and only the first
-        // `args.len()` pointers are passed.
-        unsafe {
-            result::launch_kernel(
-                f,
-                grid,
-                (block, 1, 1),
-                smem,
-                self.stream,
-                &mut ptrs[..args.len()],
-            )
-            .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
+        if self.pdl.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: a zeroed launch attribute is a valid plain C struct; the
+            // id and value set below are the programmatic-serialization pair.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let cfg = sys::CUlaunchConfig {
+                gridDimX: grid.0,
+                gridDimY: grid.1,
+                gridDimZ: grid.2,
+                blockDimX: block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: smem,
+                hStream: self.stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for the plain launch below; `cfg` and `attr` live on
+            // the stack for the duration of the call, and every kernel waits
+            // for the one before it before touching what that one wrote.
+            unsafe {
+                sys::cuLaunchKernelEx(&cfg, f, ptrs.as_mut_ptr(), std::ptr::null_mut())
+                    .result()
+                    .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
+            }
+        } else {
+            // SAFETY: each pointer addresses an 8-byte slot holding the
+            // argument in its low bytes (little-endian), as the kernel's
+            // parameter types expect; the slots outlive the call, and only
+            // the first `args.len()` pointers are passed.
+            unsafe {
+                result::launch_kernel(
+                    f,
+                    grid,
+                    (block, 1, 1),
+                    smem,
+                    self.stream,
+                    &mut ptrs[..args.len()],
+                )
+                .map_err(|e| CudaError::Driver(format!("launching {name}: {e:?}")))?;
+            }
         }
         if let (Some(p), Some(a)) = (&self.prof, start) {
             if let (Some(b), Ok(mut p)) = (ev(0), p.lock()) {

@@ -256,25 +256,56 @@ fn matvec_every_type_matches_the_cpu() {
         let rid = gpu.alloc(2 * kk * 4).expect("alloc");
         let rwt = gpu.alloc(2 * kk * 4).expect("alloc");
         let done = gpu.zeros(2 * 4).expect("alloc");
-        for _ in 0..2 {
-            gpu.launch(
-                &format!("router_{sfx}"),
-                ((n_out as u32).div_ceil(8), 1, 2),
-                128,
-                0,
-                &[
-                    Arg::U(wb.ptr),
-                    Arg::U(row_bytes as u64),
-                    Arg::I(n_in as i32),
-                    Arg::I(n_out as i32),
-                    Arg::U(xb.ptr),
-                    Arg::U(logits.ptr),
-                    Arg::I(kk as i32),
-                    Arg::U(rid.ptr),
-                    Arg::U(rwt.ptr),
-                    Arg::U(done.ptr),
-                ],
-            )
+        // F32 also through router_f32 (the whole matrix loaded at once).
+        let variants: &[bool] = if sfx == "F32" {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for (&direct, _) in variants.iter().flat_map(|v| [(v, 0), (v, 1)]) {
+            let rname = if direct {
+                "router_f32".to_string()
+            } else {
+                format!("router_{sfx}")
+            };
+            if direct {
+                gpu.launch(
+                    &rname,
+                    ((n_out as u32).div_ceil(4), 1, 2),
+                    128,
+                    0,
+                    &[
+                        Arg::U(wb.ptr),
+                        Arg::I(n_in as i32),
+                        Arg::I(n_out as i32),
+                        Arg::U(xb.ptr),
+                        Arg::U(logits.ptr),
+                        Arg::I(kk as i32),
+                        Arg::U(rid.ptr),
+                        Arg::U(rwt.ptr),
+                        Arg::U(done.ptr),
+                    ],
+                )
+            } else {
+                gpu.launch(
+                    &rname,
+                    ((n_out as u32).div_ceil(8), 1, 2),
+                    128,
+                    0,
+                    &[
+                        Arg::U(wb.ptr),
+                        Arg::U(row_bytes as u64),
+                        Arg::I(n_in as i32),
+                        Arg::I(n_out as i32),
+                        Arg::U(xb.ptr),
+                        Arg::U(logits.ptr),
+                        Arg::I(kk as i32),
+                        Arg::U(rid.ptr),
+                        Arg::U(rwt.ptr),
+                        Arg::U(done.ptr),
+                    ],
+                )
+            }
             .expect("launch");
             let mut lg = vec![0f32; 2 * n_out];
             let mut ids_got = vec![0i32; 2 * kk];
@@ -286,7 +317,7 @@ fn matvec_every_type_matches_the_cpu() {
                 let row = &lg[t * n_out..(t + 1) * n_out];
                 for (o, &v) in row.iter().enumerate() {
                     let e = (v as f64 - dot(o, t)).abs() / scale(t);
-                    assert!(e < 1e-5, "router_{sfx} t{t} row {o}: {v} vs {}", dot(o, t));
+                    assert!(e < 1e-5, "{rname} t{t} row {o}: {v} vs {}", dot(o, t));
                 }
                 let mut order: Vec<usize> = (0..n_out).collect();
                 order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
@@ -301,12 +332,12 @@ fn matvec_every_type_matches_the_cpu() {
                     assert_eq!(
                         ids_got[t * kk + r] as usize,
                         order[r],
-                        "router_{sfx} t{t} rank {r}"
+                        "{rname} t{t} rank {r}"
                     );
                     let w = wts_got[t * kk + r] as f64;
                     assert!(
                         (w - p[r] / ps).abs() < 1e-6,
-                        "router_{sfx} weight {w} vs {}",
+                        "{rname} weight {w} vs {}",
                         p[r] / ps
                     );
                 }
