@@ -469,29 +469,9 @@ mod x86 {
         unsafe fn store_f(p: *mut f32, v: Self::F);
     }
 
-    /// `vpdpwssd`, written out: given `_mm512_dpwssd_epi32`, LLVM's machine
-    /// combiner (without the `fast-dpwssd` tuning, which no
-    /// `target_feature` can enable) splits chains of them into `vpmaddwd` +
-    /// `vpaddd` to shorten their latency, which halves the throughput of
-    /// the short chains of the micro-kernels.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F and VNNI.
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    #[inline]
-    unsafe fn dpwssd(mut acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
-        // SAFETY: a register-only instruction of a feature the caller has.
-        unsafe {
-            std::arch::asm!(
-                "vpdpwssd {acc}, {w}, {x}",
-                acc = inout(zmm_reg) acc,
-                w = in(zmm_reg) w,
-                x = in(zmm_reg) x,
-                options(pure, nomem, nostack, preserves_flags)
-            );
-        }
-        acc
-    }
+    // `vpdpwssd` written out (see `crate::q16::x86::dpwssd512`: the
+    // intrinsic's chains get split into `vpmaddwd` + `vpaddd`).
+    use crate::q16::x86::dpwssd512 as dpwssd;
 
     struct V512<const VNNI: bool>;
 

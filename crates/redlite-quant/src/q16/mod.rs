@@ -505,6 +505,51 @@ pub(crate) mod x86 {
         }
     }
 
+    /// `vpdpwssd` (512 bits), written out: given the intrinsic, LLVM's
+    /// machine combiner (without the `fast-dpwssd` tuning, which no
+    /// `target_feature` can enable) splits chains of them into `vpmaddwd` +
+    /// `vpaddd` to shorten their latency, which costs throughput where many
+    /// short chains are in flight (the micro-kernels, the multi-token dots).
+    /// The integer sums are exact either way.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and VNNI.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    #[inline]
+    pub(crate) unsafe fn dpwssd512(mut acc: __m512i, w: __m512i, x: __m512i) -> __m512i {
+        // SAFETY: a register-only instruction of a feature the caller has.
+        unsafe {
+            std::arch::asm!(
+                "vpdpwssd {acc}, {w}, {x}",
+                acc = inout(zmm_reg) acc,
+                w = in(zmm_reg) w,
+                x = in(zmm_reg) x,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        acc
+    }
+
+    /// [`dpwssd512`] on 256 bits (the EVEX form).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, VL and VNNI.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
+    #[inline]
+    pub(crate) unsafe fn dpwssd256(mut acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: a register-only instruction of features the caller has.
+        unsafe {
+            std::arch::asm!(
+                "vpdpwssd {acc}, {w}, {x}",
+                acc = inout(ymm_reg) acc,
+                w = in(ymm_reg) w,
+                x = in(ymm_reg) x,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+        }
+        acc
+    }
+
     /// One super-block of the AVX-512 driver for one token: the integer dot
     /// of the unpacked weights `u` with block `b` of `x`, scaled into the
     /// token's accumulators. The single- and multi-token drivers both run
@@ -528,7 +573,7 @@ pub(crate) mod x86 {
                 let w0 = _mm256_load_si256(wp.add(16 * j) as *const _);
                 let x0 = _mm256_loadu_si256(xq.add(16 * j) as *const _);
                 is[j % 4] = if VNNI {
-                    _mm256_dpwssd_epi32(is[j % 4], w0, x0)
+                    dpwssd256(is[j % 4], w0, x0)
                 } else {
                     _mm256_add_epi32(is[j % 4], _mm256_madd_epi16(w0, x0))
                 };
@@ -547,7 +592,7 @@ pub(crate) mod x86 {
                 let w1 = _mm256_load_si256(wp.add(32 * j + 16) as *const _);
                 let x1 = _mm256_loadu_si256(xq.add(32 * j + 16) as *const _);
                 let is = if VNNI {
-                    _mm256_dpwssd_epi32(_mm256_madd_epi16(w0, x0), w1, x1)
+                    dpwssd256(_mm256_madd_epi16(w0, x0), w1, x1)
                 } else {
                     _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1))
                 };
@@ -620,7 +665,7 @@ pub(crate) mod x86 {
         let dx = *x.d.get_unchecked(b);
         let dot = |z: __m512i, w: __m512i, x: __m512i| {
             if VNNI {
-                _mm512_dpwssd_epi32(z, w, x)
+                dpwssd512(z, w, x)
             } else {
                 _mm512_add_epi32(z, _mm512_madd_epi16(w, x))
             }
@@ -864,7 +909,7 @@ pub(crate) mod x86 {
                 for (kk, &wk) in w.iter().enumerate() {
                     let xv = _mm512_loadu_si512(xp.add(32 * kk) as *const _);
                     z = if VNNI {
-                        _mm512_dpwssd_epi32(z, wk, xv)
+                        dpwssd512(z, wk, xv)
                     } else {
                         _mm512_add_epi32(z, _mm512_madd_epi16(wk, xv))
                     };
