@@ -62,6 +62,29 @@ struct DMat {
     ptr: u64,
 }
 
+impl DMat {
+    /// `self` and `next` as one matrix of `self.n_out + next.n_out` rows,
+    /// when `next`'s rows follow `self`'s in memory with the same type and
+    /// row length (see `Uploader::mats`). Each row's product is computed
+    /// the same either way, so the outputs are the same bits.
+    fn joined(&self, next: &DMat) -> Option<DMat> {
+        let follows = next.ptr == self.ptr + (self.n_out * self.row_bytes) as u64;
+        (follows
+            && next.ty == self.ty
+            && next.n_in == self.n_in
+            && next.row_bytes == self.row_bytes)
+            .then_some(DMat {
+                ty: self.ty,
+                kern: self.kern,
+                mm: self.mm,
+                n_in: self.n_in,
+                n_out: self.n_out + next.n_out,
+                row_bytes: self.row_bytes,
+                ptr: self.ptr,
+            })
+    }
+}
+
 /// A stack of expert matrices on the device: expert `e` at `base + e·stride`,
 /// or, placed apart ([`ExpertPlacement`]), at the `e`-th address of the
 /// table at `base` (`stride` is then [`RL_TABLE`], and `rec_off` where the
@@ -392,6 +415,9 @@ pub struct CudaModel {
     /// An F32 router of up to 2,048 inputs through `router_f32` (the whole
     /// matrix loaded at once; `REDLITE_CUDA_ROUTER_F32=0`: `router_F32`).
     router_f32: bool,
+    /// Decode's DeltaNet qkv and gate products as one launch when they lie
+    /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
+    join_qkvz: bool,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
     _bufs: Vec<DevBuf>,
@@ -508,20 +534,35 @@ impl Uploader<'_> {
     }
 
     fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
-        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
-        let kern = self.mv_kernels(m.ty, m.n_in, name)?;
-        let mm = k("mm")?;
-        let parts = redlite_model::weights::qmats(self.f, m)?;
-        let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
-        let ptr = if let [one] = parts.as_slice() {
-            self.keep(one.data)?
-        } else {
-            let mut all = Vec::with_capacity(row_bytes * m.n_out);
+        Ok(self.mats(&[(m, name)])?.remove(0))
+    }
+
+    /// Matrices uploaded one after another into one allocation (matrix
+    /// `i + 1`'s rows right behind matrix `i`'s), so that matrices of one
+    /// type and row length read by one input can also be taken as one
+    /// taller matrix ([`DMat::joined`]).
+    fn mats(&mut self, ms: &[(&Mat, &str)]) -> Result<Vec<DMat>, ModelError> {
+        let mut all = Vec::new();
+        let mut offs = Vec::with_capacity(ms.len());
+        for (m, _) in ms {
+            let parts = redlite_model::weights::qmats(self.f, m)?;
+            let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
+            offs.push((all.len(), row_bytes));
             for p in &parts {
                 all.extend_from_slice(p.data);
             }
-            self.keep(&all)?
-        };
+        }
+        let base = self.keep(&all)?;
+        ms.iter()
+            .zip(offs)
+            .map(|((m, name), (off, row_bytes))| self.dmat(m, name, base + off as u64, row_bytes))
+            .collect()
+    }
+
+    fn dmat(&self, m: &Mat, name: &str, ptr: u64, row_bytes: usize) -> Result<DMat, ModelError> {
+        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
+        let kern = self.mv_kernels(m.ty, m.n_in, name)?;
+        let mm = k("mm")?;
         Ok(DMat {
             ty: m.ty,
             kern,
@@ -744,16 +785,29 @@ impl CudaModel {
         for (il, l) in w.layers.iter().enumerate() {
             let nm = |s: &str| format!("blk.{il}.{s}");
             let mixer = match &l.mixer {
-                Mixer::DeltaNet(d) => DMixer::DeltaNet {
-                    qkv: up.mat(&d.qkv, &nm("attn_qkv"))?,
-                    gate: up.mat(&d.gate, &nm("attn_gate"))?,
-                    ba: up.mat(&d.ba, &nm("ssm_ba"))?,
-                    conv: up.vec(&d.conv)?,
-                    ssm_a: up.vec(&d.ssm_a)?,
-                    dt_bias: up.vec(&d.dt_bias)?,
-                    norm: up.vec(&d.norm)?,
-                    out: up.mat(&d.out, &nm("ssm_out"))?,
-                },
+                Mixer::DeltaNet(d) => {
+                    // qkv and gate in one allocation: decode takes them as
+                    // one matrix when they share a type (one launch).
+                    let mut qg = up
+                        .mats(&[(&d.qkv, &nm("attn_qkv")), (&d.gate, &nm("attn_gate"))])?
+                        .into_iter();
+                    let (Some(qkv), Some(gate)) = (qg.next(), qg.next()) else {
+                        return Err(ModelError::Backend(format!(
+                            "{}: qkv and gate",
+                            nm("attn_qkv")
+                        )));
+                    };
+                    DMixer::DeltaNet {
+                        qkv,
+                        gate,
+                        ba: up.mat(&d.ba, &nm("ssm_ba"))?,
+                        conv: up.vec(&d.conv)?,
+                        ssm_a: up.vec(&d.ssm_a)?,
+                        dt_bias: up.vec(&d.dt_bias)?,
+                        norm: up.vec(&d.norm)?,
+                        out: up.mat(&d.out, &nm("ssm_out"))?,
+                    }
+                }
                 Mixer::Attention(a) => DMixer::Attention {
                     q: up.mat(&a.q, &nm("attn_q"))?,
                     k: up.mat(&a.k, &nm("attn_k"))?,
@@ -834,6 +888,7 @@ impl CudaModel {
         let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
         let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
+        let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -852,6 +907,7 @@ impl CudaModel {
             fuse_gu,
             fuse_router,
             router_f32,
+            join_qkvz,
             placement,
             _bufs: bufs,
             _hosts: hosts,
@@ -1280,8 +1336,19 @@ impl CudaModel {
                         None => (0, 0),
                     };
                     idn += 1;
-                    self.mv(qkv, s.h.ptr, s.qkv.ptr, t, exact)?;
-                    self.mv(gate, s.h.ptr, s.z.ptr, t, exact)?;
+                    // One token: qkv and gate as one matrix when they lie
+                    // together (one launch; z right behind qkv's outputs).
+                    let z = match qkv.joined(gate).filter(|_| t == 1 && self.join_qkvz) {
+                        Some(both) => {
+                            self.mv(&both, s.h.ptr, s.qkv.ptr, 1, exact)?;
+                            s.qkv.ptr + (cd * 4) as u64
+                        }
+                        None => {
+                            self.mv(qkv, s.h.ptr, s.qkv.ptr, t, exact)?;
+                            self.mv(gate, s.h.ptr, s.z.ptr, t, exact)?;
+                            s.z.ptr
+                        }
+                    };
                     self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
                     g.launch_f(
                         k.conv_silu,
@@ -1334,7 +1401,7 @@ impl CudaModel {
                         0,
                         &[
                             Arg::U(s.o.ptr),
-                            Arg::U(s.z.ptr),
+                            Arg::U(z),
                             Arg::U(*norm),
                             Arg::I(dv as i32),
                             Arg::F(c.rms_eps),
