@@ -558,6 +558,41 @@ REDLITE_DQ_TYPES(DEF_MATVEC1)
 // subtraction), the top k by falling probability (ties: lower id), weights
 // renormalised over the top k. One warp per token; ne <= 32·TOPK_PER = 512.
 #define TOPK_PER 16
+#ifndef RL_TOPK_REDUX
+#define RL_TOPK_REDUX 1
+#endif
+// An order-preserving unsigned key of a float (−0 taken as +0, so equal
+// values have equal keys) and its inverse.
+__device__ __forceinline__ unsigned rl_okey(float f) {
+    unsigned u = __float_as_uint(f == 0.f ? 0.f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float rl_okey_inv(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+// The largest of l[0..16) and its slot, ties to the lower slot (a tree of
+// strict comparisons: the right one wins only when larger).
+__device__ __forceinline__ void rl_best16(const float* l, float& bv, int& bj) {
+    float v[8];
+    int jj[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        bool b = l[2 * i + 1] > l[2 * i];
+        v[i] = b ? l[2 * i + 1] : l[2 * i];
+        jj[i] = b ? 2 * i + 1 : 2 * i;
+    }
+#pragma unroll
+    for (int w = 4; w >= 1; w >>= 1) {
+#pragma unroll
+        for (int i = 0; i < w; i++) {
+            bool b = v[2 * i + 1] > v[2 * i];
+            v[i] = b ? v[2 * i + 1] : v[2 * i];
+            jj[i] = b ? jj[2 * i + 1] : jj[2 * i];
+        }
+    }
+    bv = v[0];
+    bj = jj[0];
+}
 __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* ids,
                                          float* wts) {
     int lane = threadIdx.x & 31;
@@ -582,6 +617,32 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
     // the r-th winner.
     int chosen = -1;
     float chosen_l = -INFINITY;
+#if RL_TOPK_REDUX && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // Each lane keeps its own best (value, slot j); a round takes the warp's
+    // largest value with one redux.sync on an order-preserving key and the
+    // lowest id holding it with a second, and only the winning lane looks
+    // for its next best. (Entries past ne are -inf with ids >= ne, so they
+    // lose every tie; k <= ne.)
+    float bv;
+    int bj;
+    rl_best16(l, bv, bj);
+    for (int r = 0; r < k; r++) {
+        unsigned key = rl_okey(bv);
+        unsigned mk = __reduce_max_sync(FULL, key);
+        unsigned id = (unsigned)(lane + bj * WARP);
+        unsigned mid = __reduce_min_sync(FULL, key == mk ? id : 0xffffffffu);
+        if (lane == r) {
+            chosen = (int)mid;
+            chosen_l = rl_okey_inv(mk);
+        }
+        if (id == mid) {
+#pragma unroll
+            for (int j = 0; j < TOPK_PER; j++)
+                if (j == bj) l[j] = -INFINITY;
+            rl_best16(l, bv, bj);
+        }
+    }
+#else
     for (int r = 0; r < k; r++) {
         float best = -INFINITY;
         int bid = 0x7fffffff;
@@ -611,6 +672,7 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
         for (int j = 0; j < TOPK_PER; j++)
             if (lane + j * WARP == bid) l[j] = -INFINITY;
     }
+#endif
     // The winners' probabilities (each in its lane, at once), summed in rank order.
     double p = lane < k ? exp((double)(chosen_l - mx)) / sum : 0.0;
     double wsum = 0.0;
