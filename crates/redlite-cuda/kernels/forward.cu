@@ -733,12 +733,14 @@ REDLITE_DQ_TYPES(DEF_ROUTER)
 // (chunk ci = lane + 32·j, in that order, as mv1_F32 takes them) into
 // registers at once, before waiting on the kernel before, so the whole
 // matrix is one trip to memory instead of mv1_F32's four staged segments.
-// Then as router_T: the block that finishes last takes the top k.
+// Then as router_T: the block that finishes last takes the top k. Same
+// parameters as router_T (rows row_bytes apart); launched with 4 rows per
+// block instead of 4·MV1_R.
 #define RD_J 8
 extern "C" __global__ void __launch_bounds__(128)
-    router_f32(const float* __restrict__ W, int n_in, int ne, const float* __restrict__ x,
-               float* logits, int k, int* __restrict__ ids, float* __restrict__ wts,
-               int* counter) {
+    router_f32(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,
+               const float* __restrict__ x, float* logits, int k, int* __restrict__ ids,
+               float* __restrict__ wts, int* counter) {
     __shared__ __align__(16) float xs[32 * 8 * RD_J];
     __shared__ int last;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -746,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(128)
     int z = blockIdx.z;
     bool live = row < ne;
     int nj = n_in >> 8;
-    const float4* wr = (const float4*)(W + (u64)(live ? row : 0) * n_in);
+    const float4* wr = (const float4*)(W + (u64)(live ? row : 0) * row_bytes);
     float4 wv[RD_J][2];
 #pragma unroll
     for (int j = 0; j < RD_J; j++) {
@@ -807,15 +809,15 @@ extern "C" __global__ void __launch_bounds__(128)
         const uint8_t* src[MV1_R];                                                          \
         int shift[MV1_R];                                                                   \
         const int nb0 = min(MV_SEG / BS_##T, n_in / QK_##T);                                \
-        /* As mv1_T: fixed matrices asked for before the wait, experts after. */            \
-        for (int pass = 0; pass < 2; pass++) {                                              \
-            if (pass == 1) RL_PDL_ENTER();                                                  \
-            if ((ids != 0) != (pass == 1)) continue;                                        \
-            u64 e = ids ? (u64)ids[z] : (u64)z;                                             \
+        auto issue = [&](u64 e) {                                                           \
             src[0] = mat_at(W, e, w_zstride) + (u64)(live ? row : 0) * row_bytes;           \
             src[1] = src[0] + up_off;                                                       \
             if (live) mv1_issue_##T(src, 0, nb0, smem[warp], lane, shift);                  \
-        }                                                                                   \
+        };                                                                                  \
+        /* As mv1_T: fixed matrices asked for before the wait, experts after. */            \
+        if (!ids) issue((u64)z);                                                            \
+        RL_PDL_ENTER();                                                                     \
+        if (ids) issue((u64)ids[z]);                                                        \
         mv1_stage_x(xs, xsum8, x + (u64)(z / x_div) * x_zstride, 0, n_in);                  \
         if (!live) return;                                                                  \
         float acc[MV1_R] = {0.f, 0.f};                                                      \

@@ -1537,30 +1537,17 @@ impl CudaModel {
                 && r.ty == GgmlType::F32
                 && r.n_in.is_multiple_of(256)
                 && r.n_in <= 2048;
-            if self.fuse_router && (t == 1 || exact) && direct {
-                // Router and top-k in one launch, the matrix read at once.
+            if self.fuse_router && (t == 1 || exact) && (direct || r.n_in <= MV_XS) {
+                // Router and top-k in one launch, each token as decode has it
+                // (`router_f32`: the matrix read at once, a row per warp).
+                let (f, rows) = if direct {
+                    (k.router_f32, 4)
+                } else {
+                    (r.kern.router, 4 * MV1_R)
+                };
                 g.launch_f(
-                    k.router_f32,
-                    (r.n_out.div_ceil(4) as u32, 1, t as u32),
-                    128,
-                    0,
-                    &[
-                        Arg::U(r.ptr),
-                        Arg::I(r.n_in as i32),
-                        Arg::I(ne as i32),
-                        Arg::U(s.h.ptr),
-                        Arg::U(s.rl.ptr),
-                        Arg::I(kk as i32),
-                        Arg::U(s.ids.ptr),
-                        Arg::U(s.wts.ptr),
-                        Arg::U(s.router_done.ptr),
-                    ],
-                )?;
-            } else if self.fuse_router && (t == 1 || exact) && r.n_in <= MV_XS {
-                // Router and top-k in one launch, each token as decode has it.
-                g.launch_f(
-                    r.kern.router,
-                    (r.n_out.div_ceil(4 * MV1_R) as u32, 1, t as u32),
+                    f,
+                    (r.n_out.div_ceil(rows) as u32, 1, t as u32),
                     128,
                     0,
                     &[

@@ -263,49 +263,30 @@ fn matvec_every_type_matches_the_cpu() {
             &[false]
         };
         for (&direct, _) in variants.iter().flat_map(|v| [(v, 0), (v, 1)]) {
-            let rname = if direct {
-                "router_f32".to_string()
+            // router_f32 takes router_<T>'s arguments, one row per warp.
+            let (rname, rows) = if direct {
+                ("router_f32".to_string(), 4)
             } else {
-                format!("router_{sfx}")
+                (format!("router_{sfx}"), 8)
             };
-            if direct {
-                gpu.launch(
-                    &rname,
-                    ((n_out as u32).div_ceil(4), 1, 2),
-                    128,
-                    0,
-                    &[
-                        Arg::U(wb.ptr),
-                        Arg::I(n_in as i32),
-                        Arg::I(n_out as i32),
-                        Arg::U(xb.ptr),
-                        Arg::U(logits.ptr),
-                        Arg::I(kk as i32),
-                        Arg::U(rid.ptr),
-                        Arg::U(rwt.ptr),
-                        Arg::U(done.ptr),
-                    ],
-                )
-            } else {
-                gpu.launch(
-                    &rname,
-                    ((n_out as u32).div_ceil(8), 1, 2),
-                    128,
-                    0,
-                    &[
-                        Arg::U(wb.ptr),
-                        Arg::U(row_bytes as u64),
-                        Arg::I(n_in as i32),
-                        Arg::I(n_out as i32),
-                        Arg::U(xb.ptr),
-                        Arg::U(logits.ptr),
-                        Arg::I(kk as i32),
-                        Arg::U(rid.ptr),
-                        Arg::U(rwt.ptr),
-                        Arg::U(done.ptr),
-                    ],
-                )
-            }
+            gpu.launch(
+                &rname,
+                ((n_out as u32).div_ceil(rows), 1, 2),
+                128,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U(xb.ptr),
+                    Arg::U(logits.ptr),
+                    Arg::I(kk as i32),
+                    Arg::U(rid.ptr),
+                    Arg::U(rwt.ptr),
+                    Arg::U(done.ptr),
+                ],
+            )
             .expect("launch");
             let mut lg = vec![0f32; 2 * n_out];
             let mut ids_got = vec![0i32; 2 * kk];
