@@ -542,17 +542,33 @@ impl Uploader<'_> {
     /// type and row length read by one input can also be taken as one
     /// taller matrix ([`DMat::joined`]).
     fn mats(&mut self, ms: &[(&Mat, &str)]) -> Result<Vec<DMat>, ModelError> {
-        let mut all = Vec::new();
-        let mut offs = Vec::with_capacity(ms.len());
+        let mut parts = Vec::with_capacity(ms.len());
         for (m, _) in ms {
-            let parts = redlite_model::weights::qmats(self.f, m)?;
-            let row_bytes = parts.first().map(|p| p.row_bytes()).unwrap_or(0);
-            offs.push((all.len(), row_bytes));
-            for p in &parts {
+            parts.push(redlite_model::weights::qmats(self.f, m)?);
+        }
+        let mut offs = Vec::with_capacity(ms.len());
+        let mut off = 0;
+        for ps in &parts {
+            offs.push((off, ps.first().map(|p| p.row_bytes()).unwrap_or(0)));
+            off += ps.iter().map(|p| p.data.len()).sum::<usize>();
+        }
+        // One stored run (the common case) goes up straight from the file.
+        let single = match parts.as_slice() {
+            [ps] => match ps.as_slice() {
+                [one] => Some(one.data),
+                _ => None,
+            },
+            _ => None,
+        };
+        let base = if let Some(data) = single {
+            self.keep(data)?
+        } else {
+            let mut all = Vec::with_capacity(off);
+            for p in parts.iter().flatten() {
                 all.extend_from_slice(p.data);
             }
-        }
-        let base = self.keep(&all)?;
+            self.keep(&all)?
+        };
         ms.iter()
             .zip(offs)
             .map(|((m, name), (off, row_bytes))| self.dmat(m, name, base + off as u64, row_bytes))
