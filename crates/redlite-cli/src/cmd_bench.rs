@@ -66,9 +66,10 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Prompt tokens per forward pass in the prompt-processing test.
-    #[arg(short = 'b', long, default_value_t = 512)]
-    pub batch: usize,
+    /// Prompt tokens per forward pass in the prompt-processing test (default: 512 on the CPU;
+    /// on a GPU the pass size its buffers were made for, 2,048 on one of 40 GiB or more).
+    #[arg(short = 'b', long)]
+    pub batch: Option<usize>,
     /// Run both tests after this many positions of context (llama-bench's depth, `-d`).
     #[arg(long, default_value_t = 0)]
     pub start_position: usize,
@@ -293,7 +294,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
-    if args.batch == 0 {
+    if args.batch == Some(0) {
         bail!("--batch must be at least 1");
     }
     if args.prompt_tokens == 0 && args.gen_tokens == 0 {
@@ -311,6 +312,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let loaded = load_model(&args.model, args.threads, &args.load)?;
     let model = &loaded.model;
+    let batch = args.batch.unwrap_or_else(|| model.prefill_batch());
     let c = model.config().clone();
     let f = model.gguf();
     let model_size: u64 = f.tensors.iter().map(|t| t.n_bytes).sum();
@@ -357,7 +359,7 @@ pub fn run(args: Args) -> Result<()> {
                 eprintln!("filling {depth} positions of context with a prefill");
                 let mut st = model.new_state();
                 let ids = random_tokens(depth, c.vocab_size, args.seed ^ 0xD3);
-                prefill(model, &mut st, &ids, args.batch)?;
+                prefill(model, &mut st, &ids, batch)?;
                 st
             }
         }
@@ -371,7 +373,7 @@ pub fn run(args: Args) -> Result<()> {
         let mut st = start.snapshot();
         let warm = &prompt[..prompt.len().min(16)];
         if !warm.is_empty() {
-            prefill(model, &mut st, warm, args.batch)?;
+            prefill(model, &mut st, warm, batch)?;
         }
         decode(model, &mut st, first, 2)?;
     }
@@ -394,7 +396,7 @@ pub fn run(args: Args) -> Result<()> {
         for _ in 0..args.repeat {
             let mut st = start.snapshot();
             let t = Instant::now();
-            prefill(model, &mut st, &prompt, args.batch)?;
+            prefill(model, &mut st, &prompt, batch)?;
             ns.push(t.elapsed().as_nanos() as u64);
             bar.inc(1);
         }
@@ -461,8 +463,8 @@ pub fn run(args: Args) -> Result<()> {
             "model_type": model_type,
             "model_size": model_size,
             "model_n_params": n_params,
-            "n_batch": args.batch,
-            "n_ubatch": args.batch,
+            "n_batch": batch,
+            "n_ubatch": batch,
             "n_threads": loaded.threads,
             "n_gpu_layers": if on_gpu { c.n_layer + 1 } else { 0 },
             "type_k": "f32",

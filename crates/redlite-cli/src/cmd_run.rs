@@ -54,9 +54,10 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Prompt tokens fed per forward pass.
-    #[arg(long, default_value_t = 512)]
-    pub batch: usize,
+    /// Prompt tokens fed per forward pass (default: 512 on the CPU; on a GPU the pass size its
+    /// buffers were made for, 2,048 on one of 40 GiB or more).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Prompt-lookup speculative decoding: draft tokens from n-grams of the prompt and the
     /// output, verify them in one forward pass. The output is unchanged (greedy: identical tokens;
     /// sampling: the same distribution); it pays when the output repeats the prompt (rewrites).
@@ -79,11 +80,12 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("reading prompt file {}", f.display()))?,
         (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
     };
-    if args.batch == 0 {
+    if args.batch == Some(0) {
         bail!("--batch must be at least 1");
     }
     let loaded = crate::load::load_model(&args.model, args.threads, &args.load)?;
     let (model, threads) = (loaded.model, loaded.threads);
+    let batch = args.batch.unwrap_or_else(|| model.prefill_batch());
     let tokenizer = Tokenizer::from_gguf(model.gguf())
         .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
     let (prompt, special) = if args.chat {
@@ -124,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
             min_p: args.min_p,
             seed: args.seed,
         },
-        prefill_chunk: args.batch,
+        prefill_chunk: batch,
         stop_at_eog: !args.ignore_eos,
         lookup: args.lookup.then(|| LookupParams {
             max_ngram: args.lookup_ngram.max(1),

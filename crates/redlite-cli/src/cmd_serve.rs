@@ -60,9 +60,10 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Prompt tokens fed per forward pass.
-    #[arg(long, default_value_t = 512)]
-    pub batch: usize,
+    /// Prompt tokens fed per forward pass (default: 512 on the CPU; on a GPU the pass size its
+    /// buffers were made for, 2,048 on one of 40 GiB or more).
+    #[arg(long)]
+    pub batch: Option<usize>,
     /// Prompt-lookup speculative decoding (drafts from n-grams of the conversation, verified in
     /// one pass; output unchanged). Pays for file rewrites; pauses itself when drafts keep failing.
     #[arg(long, env = "REDLITE_LOOKUP")]
@@ -114,7 +115,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.parallel == 0 {
         bail!("--parallel must be at least 1");
     }
-    if args.batch == 0 {
+    if args.batch == Some(0) {
         bail!("--batch must be at least 1");
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -128,6 +129,7 @@ pub fn run(args: Args) -> Result<()> {
     let t0 = Instant::now();
     let loaded = crate::load::load_model(&args.model, args.threads, &args.load)?;
     let (model, threads) = (loaded.model, loaded.threads);
+    let batch = args.batch.unwrap_or_else(|| model.prefill_batch());
     if args.context > model.config().context_length {
         eprintln!(
             "warning: --context {} is beyond the model's training context of {} tokens",
@@ -143,7 +145,7 @@ pub fn run(args: Args) -> Result<()> {
         checkpoint_interval: args.checkpoint_every,
         alias: args.alias,
         max_body_bytes: args.max_body,
-        prefill_chunk: args.batch,
+        prefill_chunk: batch,
         lookup: args.lookup.then(|| redlite_engine::LookupParams {
             max_draft: args.draft_max,
             ..Default::default()

@@ -1057,6 +1057,310 @@ REDLITE_DQ_TYPES(DEF_MM)
     }
 REDLITE_DQ_TYPES(DEF_MMG)
 
+// ---------------------------------------------------------------------------
+// Prefill products on the tensor cores, for the types whose prep8_T gives
+// small integers q (|q| <= 128, exact in bf16) and per-chunk multipliers:
+// Σ_j w_j·x_j = A·Σ q_j·x_j + B·Σ x_j over each 8-value chunk (tcq_T below
+// turns prep8_T's (a, b) into (A, B)). Each input x is split into two bf16
+// halves, hi = bf16(x) and lo = bf16(x − hi) (x − hi is exact in f32), so
+// hi + lo keeps 16 of x's 24 significant bits (relative error <= 2^-17, far
+// below the 2^-8 of 8-bit activations); the products q·hi and q·lo are exact
+// and the tensor cores sum them in f32. Per chunk: D = Q·Xhi + Q·Xlo (two
+// mma.m16n8k8 bf16), then acc += A·D + B·Σx per (row, token).
+//
+// A block of 128 threads (WR × WT warps) computes BR = WR·16·MT rows × BT =
+// WT·8·NT tokens; per step of 32 inputs it stages the weight tile's q as
+// bf16 pairs with A and B, and the input tile's hi and lo pairs with the
+// chunk sums, in shared memory (rows padded to 20 words: the fragment loads
+// of a warp hit 32 different banks). n_in must be a multiple of 256.
+#define TCQ_PLAIN(T)                                                                        \
+    __device__ __forceinline__ void tcq_##T(const uint8_t* blk, int c, W8& w) {             \
+        prep8_##T(blk, c, w);                                                               \
+        w.b = 0.f;                                                                          \
+    }
+TCQ_PLAIN(Q8_0)
+TCQ_PLAIN(Q6_K)
+TCQ_PLAIN(IQ2_XS)
+__device__ __forceinline__ void tcq_Q4_K(const uint8_t* blk, int c, W8& w) {
+    prep8_Q4_K(blk, c, w);
+    w.b = -w.b;
+}
+__device__ __forceinline__ void tcq_Q5_K(const uint8_t* blk, int c, W8& w) {
+    prep8_Q5_K(blk, c, w);
+    w.b = -w.b;
+}
+__device__ __forceinline__ void tcq_IQ1_M(const uint8_t* blk, int c, W8& w) {
+    prep8_IQ1_M(blk, c, w);
+    w.b = w.a * w.b;
+}
+// The types with a tensor-core prefill kernel (mmt_T, mmgt_T).
+#define REDLITE_TC_TYPES(X) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ1_M) X(IQ2_XS)
+
+// Two floats as a bf16 pair (lo in the low half), rounded to nearest.
+__device__ __forceinline__ uint32_t rl_bf2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// d = A(16×8, row) · B(8×8, col) + c in f32.
+__device__ __forceinline__ void rl_mma_bf16_k8(float d[4], uint32_t a0, uint32_t a1, uint32_t b,
+                                               const float c[4]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+        "{%7,%8,%9,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+#define TC_PAD 20
+template <int WR, int WT, int MT, int NT>
+struct TcTile {
+    static constexpr int BR = WR * 16 * MT, BT = WT * 8 * NT;
+    uint32_t wq[BR][TC_PAD];  // q pairs of the rows' 32 inputs
+    float wa[4][BR], wb[4][BR];
+    uint32_t xh[BT][TC_PAD], xl[BT][TC_PAD];  // hi and lo pairs of the tokens' inputs
+    float xs[4][BT];                          // the tokens' chunk sums
+    const float* xr[BT];                      // each token's input row (null: none)
+    float* yr[BT];                            // each token's output row
+};
+// The weights come in steps of 256 inputs (RB bytes of a row: one block of
+// the 256-value types, 8 of Q8_0), copied with cp.async into one of two
+// shared buffers while the tensor cores work on the other; a row's bytes
+// sit in a window of SW bytes that starts on the 16-byte boundary below them
+// (so a block keeps its alignment; rows may end up to 15 bytes past their
+// last block, within the 64 bytes of padding behind every weight buffer).
+#define TC_RB(QK, BS) ((BS) * (256 / (QK)))
+#define TC_SW(QK, BS) (16 * ((TC_RB(QK, BS) + 30) / 16))
+// Dynamic shared memory of a launch: the tile, then the two weight buffers
+// (the host's `tc_smem_bytes` computes the same).
+#define TC_SMEM(TILE, QK, BS) (sizeof(TILE) + 2 * TILE::BR * TC_SW(QK, BS))
+
+// One tile: rows r0 .. r0 + BR of the matrix at Wb against the tokens whose
+// rows t.xr / t.yr hold (set, and synchronised, by the caller), the first
+// nv of them real (the tensor cores skip 8-token groups past them); raw: the
+// two weight buffers. n_in must be a multiple of 256.
+template <int WR, int WT, int MT, int NT, void (*TCQ)(const uint8_t*, int, W8&), int QK, int BS>
+__device__ __forceinline__ void mmt_tile(TcTile<WR, WT, MT, NT>& t, uint8_t* raw,
+                                         const uint8_t* Wb, u64 row_bytes, int n_in, int n_out,
+                                         int r0, int nv) {
+    constexpr int BR = WR * 16 * MT, BT = WT * 8 * NT, NTH = WR * WT * 32;
+    constexpr int RB = TC_RB(QK, BS), SW = TC_SW(QK, BS), NP = SW / 16, CPB = QK / 8;
+    constexpr int XI = (BT * 4 + NTH - 1) / NTH;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
+    const int wr0 = (warp / WT) * 16 * MT, wt0 = (warp % WT) * 8 * NT;
+    const int nraw = n_in / 256;
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[m][n][i] = 0.f;
+    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+    // Where row `row`'s bytes of weight step rr start.
+    auto wsrc = [&](int row, int rr) -> const uint8_t* {
+        return Wb + (u64)min(r0 + row, n_out - 1) * row_bytes + (u64)rr * RB;
+    };
+    auto issue = [&](int rr) {
+        uint8_t* dst = raw + (rr & 1) * BR * SW;
+        for (int it = tid; it < BR * NP; it += NTH) {
+            const int row = it / NP, pc = it - row * NP;
+            const u64 p = (u64)wsrc(row, rr);
+            // Only the pieces that hold the row's bytes (at most 15 past them).
+            if (16 * pc >= (int)(p & 15) + RB) continue;
+            const uint4* src = (const uint4*)(p & ~(u64)15) + pc;
+            const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + row * SW + 16 * pc);
+            asm volatile(RL_CP_OP " [%0], [%1], 16;\n" ::"r"(sa), "l"(src));
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    float4 xa[XI], xb[XI];
+    auto load_x = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < XI; j++) {
+            const int it = tid + j * NTH;
+            const float* xp = it < BT * 4 ? t.xr[it >> 2] : nullptr;
+            if (xp) {
+                xa[j] = *(const float4*)(xp + k0 + 8 * (it & 3));
+                xb[j] = *(const float4*)(xp + k0 + 8 * (it & 3) + 4);
+            } else {
+                xa[j] = xb[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+    };
+    issue(0);
+    load_x(0);
+    for (int rr = 0; rr < nraw; rr++) {
+        if (rr + 1 < nraw) {
+            issue(rr + 1);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+        }
+        __syncthreads();
+        const uint8_t* buf = raw + (rr & 1) * BR * SW;
+        for (int s = 0; s < 8; s++) {
+            const int k0 = 256 * rr + 32 * s;
+            for (int it = tid; it < BR * 4; it += NTH) {
+                const int row = it >> 2, c = it & 3;
+                const int shift = (int)((u64)wsrc(row, rr) & 15);
+                const int ch = 4 * s + c;
+                const int b = ch / CPB;
+                W8 w;
+                TCQ(buf + row * SW + shift + b * BS, ch - b * CPB, w);
+                uint4 p;
+                p.x = rl_bf2(w.q[0], w.q[1]);
+                p.y = rl_bf2(w.q[2], w.q[3]);
+                p.z = rl_bf2(w.q[4], w.q[5]);
+                p.w = rl_bf2(w.q[6], w.q[7]);
+                *(uint4*)&t.wq[row][4 * c] = p;
+                t.wa[c][row] = w.a;
+                t.wb[c][row] = w.b;
+            }
+#pragma unroll
+            for (int j = 0; j < XI; j++) {
+                const int it = tid + j * NTH;
+                if (it < BT * 4) {
+                    const int tok = it >> 2, c = it & 3;
+                    const float v[8] = {xa[j].x, xa[j].y, xa[j].z, xa[j].w,
+                                        xb[j].x, xb[j].y, xb[j].z, xb[j].w};
+                    float sum = 0.f;
+                    uint32_t hp[4], lp[4];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        sum += v[2 * q];
+                        sum += v[2 * q + 1];
+                        hp[q] = rl_bf2(v[2 * q], v[2 * q + 1]);
+                        const float h0 = __uint_as_float(hp[q] << 16);
+                        const float h1 = __uint_as_float(hp[q] & 0xffff0000u);
+                        lp[q] = rl_bf2(v[2 * q] - h0, v[2 * q + 1] - h1);
+                    }
+                    *(uint4*)&t.xh[tok][4 * c] = make_uint4(hp[0], hp[1], hp[2], hp[3]);
+                    *(uint4*)&t.xl[tok][4 * c] = make_uint4(lp[0], lp[1], lp[2], lp[3]);
+                    t.xs[c][tok] = sum;
+                }
+            }
+            if (k0 + 32 < n_in) load_x(k0 + 32);
+            __syncthreads();
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                uint32_t a0[MT], a1[MT];
+                float am[MT][2], bm[MT][2];
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const int r = wr0 + 16 * m + g;
+                    a0[m] = t.wq[r][4 * c + tig];
+                    a1[m] = t.wq[r + 8][4 * c + tig];
+                    am[m][0] = t.wa[c][r];
+                    am[m][1] = t.wa[c][r + 8];
+                    bm[m][0] = t.wb[c][r];
+                    bm[m][1] = t.wb[c][r + 8];
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const int tk = wt0 + 8 * n;
+                    if (tk >= nv) break;
+                    const uint32_t bh = t.xh[tk + g][4 * c + tig], bl = t.xl[tk + g][4 * c + tig];
+                    const float2 sx = *(const float2*)&t.xs[c][tk + 2 * tig];
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        float d[4];
+                        rl_mma_bf16_k8(d, a0[m], a1[m], bh, zero);
+                        rl_mma_bf16_k8(d, a0[m], a1[m], bl, d);
+                        acc[m][n][0] = fmaf(am[m][0], d[0], fmaf(bm[m][0], sx.x, acc[m][n][0]));
+                        acc[m][n][1] = fmaf(am[m][0], d[1], fmaf(bm[m][0], sx.y, acc[m][n][1]));
+                        acc[m][n][2] = fmaf(am[m][1], d[2], fmaf(bm[m][1], sx.x, acc[m][n][2]));
+                        acc[m][n][3] = fmaf(am[m][1], d[3], fmaf(bm[m][1], sx.y, acc[m][n][3]));
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = r0 + wr0 + 16 * m + g + 8 * (i >> 1);
+                float* yp = t.yr[wt0 + 8 * n + 2 * tig + (i & 1)];
+                if (row < n_out && yp) yp[row] = acc[m][n][i];
+            }
+}
+
+// The launch must give the kernel TC_SMEM bytes of dynamic shared memory
+// (the host computes the same sum); with less it stops at once.
+__device__ __forceinline__ void tc_check_smem(unsigned need) {
+    unsigned have;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(have));
+    if (have < need) __trap();
+}
+
+// Dense: as mm_T (same arguments), a block of 64 rows × 64 tokens.
+#define MMT_D 2, 2, 2, 4
+// Grouped experts: as mmg_T, a block of 64 rows × 16 of the expert's slots
+// at a time (mmgt_T), or × 64 (mmgw_T: for passes with many slots per
+// expert, each expert's weights unpacked once per 64 slots instead of per 16;
+// warps past the last slot skip the tensor-core work).
+#define MMT_G 4, 1, 1, 2
+#define MMT_W 2, 2, 2, 4
+#define DEF_MMT(T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128)                                       \
+        mmt_##T(const uint8_t* __restrict__ Wb, u64 row_bytes, int n_in, int n_out,         \
+                const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
+                int n_tok) {                                                                \
+        typedef TcTile<MMT_D> Tile;                                                         \
+        static_assert(sizeof(Tile) % 16 == 0, "weight buffers 16-byte aligned");            \
+        extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
+        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T));                                       \
+        Tile& t = *(Tile*)tc_smem;                                                          \
+        RL_PDL_ENTER();                                                                     \
+        const int t0 = blockIdx.y * Tile::BT;                                               \
+        for (int i = threadIdx.x; i < Tile::BT; i += blockDim.x) {                          \
+            const bool ok = t0 + i < n_tok;                                                 \
+            t.xr[i] = ok ? x + (u64)(t0 + i) * ldx : nullptr;                               \
+            t.yr[i] = ok ? y + (u64)(t0 + i) * ldy : nullptr;                               \
+        }                                                                                   \
+        __syncthreads();                                                                    \
+        mmt_tile<MMT_D, tcq_##T, QK_##T, BS_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,  \
+                                                 n_in, n_out, blockIdx.x * Tile::BR,        \
+                                                 min(n_tok - t0, Tile::BT));                \
+    }                                                                                       \
+    DEF_MMGT(mmgt, T, MMT_G)                                                                \
+    DEF_MMGT(mmgw, T, MMT_W)
+#define DEF_MMGT(NAME, T, CFG)                                                              \
+    extern "C" __global__ void __launch_bounds__(128)                                       \
+        NAME##_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int n_out,         \
+                 u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,      \
+                 float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,      \
+                 const int* __restrict__ offsets, const int* __restrict__ perm) {           \
+        typedef TcTile<CFG> Tile;                                                         \
+        extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
+        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T));                                       \
+        Tile& t = *(Tile*)tc_smem;                                                          \
+        RL_PDL_ENTER();                                                                     \
+        const int e = blockIdx.z;                                                           \
+        const int cnt = counts[e];                                                          \
+        if (cnt == 0) return;                                                               \
+        const int off = offsets[e];                                                         \
+        const uint8_t* Wb = mat_at(W, (u64)e, w_zstride);                                  \
+        for (int t0 = 0; t0 < cnt; t0 += Tile::BT) {                                        \
+            if (t0) __syncthreads(); /* the last tile's stores read t.yr */                 \
+            for (int i = threadIdx.x; i < Tile::BT; i += blockDim.x) {                      \
+                const bool ok = t0 + i < cnt;                                               \
+                const int q = ok ? perm[off + t0 + i] : 0;                                  \
+                t.xr[i] = ok ? x + (u64)(q / x_div) * x_zstride : nullptr;                  \
+                t.yr[i] = ok ? y + (u64)q * y_zstride : nullptr;                            \
+            }                                                                               \
+            __syncthreads();                                                                \
+            mmt_tile<CFG, tcq_##T, QK_##T, BS_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,   \
+                                                     n_in, n_out, blockIdx.x * Tile::BR,    \
+                                                     min(cnt - t0, Tile::BT));              \
+        }                                                                                   \
+    }
+REDLITE_TC_TYPES(DEF_MMT)
+
 // Embedding rows: out[t] = dequant(W[tok[t]]), n_in values each.
 #define DEF_GETROWS(T, ID)                                                                  \
     extern "C" __global__ void getrows_##T(const uint8_t* __restrict__ W, u64 row_bytes,    \

@@ -157,6 +157,34 @@ pub fn all_suffixes() -> &'static [&'static str] {
     ]
 }
 
+/// The types with tensor-core prefill kernels (`mmt_T`, `mmgt_T`: their
+/// chunks are small integers times per-chunk multipliers; `REDLITE_TC_TYPES`
+/// in `forward.cu`).
+pub fn tensor_core_suffixes() -> &'static [&'static str] {
+    &["Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_M", "IQ2_XS"]
+}
+
+/// Whether `t` has tensor-core prefill kernels.
+pub fn tensor_core_prefill(t: GgmlType) -> bool {
+    type_suffix(t).is_some_and(|s| tensor_core_suffixes().contains(&s))
+}
+
+/// Dynamic shared memory of a tensor-core prefill launch of type `t`
+/// (`TC_SMEM` in `forward.cu`) whose tiles are 64 rows × `tokens` tokens
+/// (or an expert's slots): the tile, then two buffers of 64 rows' windows
+/// over one 256-input step of weights. `None` where `t` has no such kernel.
+pub fn tc_smem_bytes(t: GgmlType, tokens: usize) -> Option<u32> {
+    if !tensor_core_prefill(t) {
+        return None;
+    }
+    let (qk, bs) = dq_block_shape(t)?;
+    let (br, bt) = (64, tokens);
+    let tile = 112 * br + 192 * bt;
+    let rb = bs * (256 / qk);
+    let sw = 16 * ((rb + 30) / 16);
+    Some((tile + 2 * br * sw) as u32)
+}
+
 /// Whether `dequant.cuh` has a `dq8_*` function for `t`.
 pub fn type_supported(t: GgmlType) -> bool {
     type_suffix(t).is_some()

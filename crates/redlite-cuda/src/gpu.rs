@@ -291,6 +291,28 @@ impl Gpu {
         })
     }
 
+    /// Let kernel `f` be launched with up to `bytes` of dynamic shared
+    /// memory (above 48 KiB a kernel must ask for it).
+    pub fn allow_dynamic_smem(&self, f: Func, bytes: u32) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: `f` is a function of this Gpu's loaded module, alive for its
+        // lifetime; the attribute takes a plain integer.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                f.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+            .result()
+        }
+        .map_err(|e| {
+            CudaError::Driver(format!(
+                "kernel {}: {bytes} B of shared memory: {e:?}",
+                f.name
+            ))
+        })
+    }
+
     /// The kernel called `name`.
     pub fn func(&self, name: &str) -> Result<Func, CudaError> {
         self.funcs

@@ -14,8 +14,15 @@ use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError, Verif
 use crate::gpu::{Arg, DevBuf, Func, Gpu, Graph};
 use crate::{dequant_src, CudaError};
 
-/// Most tokens one pass of the kernels takes; longer inputs go in chunks.
+/// Most tokens one pass of the kernels takes on a device of less than
+/// `BIG_DEVICE` bytes (and most whose logits one pass returns); longer
+/// inputs go in chunks.
 const T_MAX: usize = 512;
+/// Most tokens of one pass on a device of `BIG_DEVICE` bytes or more: a
+/// prefill's routed experts are dequantized once per pass, so longer passes
+/// read and unpack each expert fewer times (`REDLITE_CUDA_CHUNK` sets it).
+const T_BIG: usize = 2048;
+const BIG_DEVICE: usize = 40 << 30;
 /// Attention splits per (query, head): always this many for decode (so one
 /// captured graph serves every position), up to this many for prefill.
 const NS_DECODE: usize = 256;
@@ -50,12 +57,23 @@ struct MvKernels {
     router: Func,
 }
 
+/// A tiled prefill kernel and its launch shape: blocks of 64 rows ×
+/// `tokens` tokens (grouped experts: `tokens` slots at a time) of `threads`
+/// threads with `smem` bytes of dynamic shared memory.
+#[derive(Clone, Copy)]
+struct MmKernel {
+    f: Func,
+    tokens: usize,
+    threads: u32,
+    smem: u32,
+}
+
 /// A matrix on the device.
 struct DMat {
     ty: GgmlType,
     kern: MvKernels,
     /// The tiled prefill kernel.
-    mm: Func,
+    mm: MmKernel,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -92,7 +110,10 @@ impl DMat {
 struct DExperts {
     kern: MvKernels,
     mvg: Func,
-    mmg: Func,
+    mmg: MmKernel,
+    /// The grouped tensor-core kernel of 64 slots per tile, for passes with
+    /// many slots per expert.
+    mmgw: Option<MmKernel>,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -271,8 +292,11 @@ struct DLayer {
     sh_inp: u64,
 }
 
-/// Activation buffers for one pass of up to `T_MAX` tokens.
+/// Activation buffers for one pass of up to `Scratch::t` tokens (logits for
+/// up to `T_MAX` of them).
 struct Scratch {
+    /// Most tokens of one pass.
+    t: usize,
     tok: DevBuf,
     x: DevBuf,
     h: DevBuf,
@@ -418,6 +442,9 @@ pub struct CudaModel {
     /// Decode's DeltaNet qkv and gate products as one launch when they lie
     /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
     join_qkvz: bool,
+    /// Slots per expert on average (of a prefill pass) from which the
+    /// grouped products take 64-slot tiles (`REDLITE_CUDA_WIDE_SLOTS`).
+    wide_slots: usize,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
     _bufs: Vec<DevBuf>,
@@ -457,6 +484,11 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mm_{s}"));
         k.push(format!("mmg_{s}"));
     }
+    for s in dequant_src::tensor_core_suffixes() {
+        k.push(format!("mmt_{s}"));
+        k.push(format!("mmgt_{s}"));
+        k.push(format!("mmgw_{s}"));
+    }
     k
 }
 
@@ -485,6 +517,9 @@ struct Uploader<'a> {
     place: Option<usize>,
     hosts: Vec<crate::gpu::HostBuf>,
     placed: ExpertPlacement,
+    /// Prefill products on the tensor cores where the type has them
+    /// (`REDLITE_CUDA_TC=0`: the CUDA-core tiles, for comparison).
+    tc: bool,
 }
 
 impl Uploader<'_> {
@@ -519,6 +554,68 @@ impl Uploader<'_> {
         self.gpu
             .func(&format!("{kind}_{}", suffix(ty, name)?))
             .map_err(merr)
+    }
+
+    /// The tiled prefill kernel of a matrix (`grouped`: an expert stack) of
+    /// `ty`: on the tensor cores (`mmt_T` / `mmgt_T`) where the type has them,
+    /// else on the CUDA cores (`mm_T` / `mmg_T`).
+    fn mm_kernel(
+        &self,
+        ty: GgmlType,
+        n_in: usize,
+        name: &str,
+        grouped: bool,
+    ) -> Result<MmKernel, ModelError> {
+        // Tokens per block: the tensor-core tile's 64 (dense) or 16 slots
+        // (grouped); the CUDA-core tile's 32 or 16.
+        let tc_tokens = if grouped { 16 } else { 64 };
+        let smem = dequant_src::tc_smem_bytes(ty, tc_tokens)
+            .filter(|_| self.tc && n_in.is_multiple_of(256));
+        let tc = smem.is_some();
+        let tokens = match (tc, grouped) {
+            (true, _) => tc_tokens,
+            (false, false) => 32,
+            (false, true) => 16,
+        };
+        let kind = match (tc, grouped) {
+            (true, false) => "mmt",
+            (true, true) => "mmgt",
+            (false, false) => "mm",
+            (false, true) => "mmg",
+        };
+        let f = self.kernel(kind, ty, n_in, name)?;
+        if let Some(b) = smem {
+            self.gpu.allow_dynamic_smem(f, b).map_err(merr)?;
+        }
+        Ok(MmKernel {
+            f,
+            tokens,
+            threads: if tc { 128 } else { 256 },
+            smem: smem.unwrap_or(0),
+        })
+    }
+
+    /// The grouped tensor-core kernel of 64 slots per tile (`mmgw_T`), where
+    /// `ty` has one and the tensor cores are on.
+    fn mm_wide(
+        &self,
+        ty: GgmlType,
+        n_in: usize,
+        name: &str,
+    ) -> Result<Option<MmKernel>, ModelError> {
+        let Some(smem) =
+            dequant_src::tc_smem_bytes(ty, 64).filter(|_| self.tc && n_in.is_multiple_of(256))
+        else {
+            return Ok(None);
+        };
+        let f = self.kernel("mmgw", ty, n_in, name)?;
+        self.gpu.allow_dynamic_smem(f, smem).map_err(merr)?;
+        Ok(Some(MmKernel {
+            f,
+            tokens: 64,
+            threads: 128,
+            smem,
+        }))
     }
 
     /// The matrix-vector kernels of a matrix (or expert stack) of `ty`.
@@ -576,9 +673,8 @@ impl Uploader<'_> {
     }
 
     fn dmat(&self, m: &Mat, name: &str, ptr: u64, row_bytes: usize) -> Result<DMat, ModelError> {
-        let k = |kind| self.kernel(kind, m.ty, m.n_in, name);
         let kern = self.mv_kernels(m.ty, m.n_in, name)?;
-        let mm = k("mm")?;
+        let mm = self.mm_kernel(m.ty, m.n_in, name, false)?;
         Ok(DMat {
             ty: m.ty,
             kern,
@@ -617,7 +713,8 @@ impl Uploader<'_> {
         Ok(DExperts {
             kern: self.mv_kernels(x.ty, x.n_in, name)?,
             mvg: k("mvg")?,
-            mmg: k("mmg")?,
+            mmg: self.mm_kernel(x.ty, x.n_in, name, true)?,
+            mmgw: self.mm_wide(x.ty, x.n_in, name)?,
             n_in: x.n_in,
             n_out: x.n_out,
             row_bytes: x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize,
@@ -795,6 +892,7 @@ impl CudaModel {
             place,
             hosts: Vec::new(),
             placed: ExpertPlacement::default(),
+            tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
         };
         let n = w.layers.len();
         let mut layers = Vec::with_capacity(n);
@@ -876,7 +974,15 @@ impl CudaModel {
         let placement = up.place.map(|_| up.placed);
         let hosts = up.hosts;
         let bufs = up.bufs;
-        let scratch = Scratch::new(&gpu, &c).map_err(merr)?;
+        let chunk = match std::env::var("REDLITE_CUDA_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            Some(n) => usize::max(n, V_MAX),
+            None if gpu.total_mem >= BIG_DEVICE => T_BIG,
+            None => T_MAX,
+        };
+        let scratch = Scratch::new(&gpu, &c, chunk).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
         let k = Kern {
             norm_rows: fk("norm_rows")?,
@@ -924,6 +1030,10 @@ impl CudaModel {
             fuse_router,
             router_f32,
             join_qkvz,
+            wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(24),
             placement,
             _bufs: bufs,
             _hosts: hosts,
@@ -969,10 +1079,14 @@ impl CudaModel {
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize, exact: bool) -> Result<(), CudaError> {
         if t > 1 && !exact && self.tiled && m.n_in.is_multiple_of(32) {
             return self.gpu.launch_f(
-                m.mm,
-                (m.n_out.div_ceil(64) as u32, t.div_ceil(32) as u32, 1),
-                256,
-                0,
+                m.mm.f,
+                (
+                    m.n_out.div_ceil(64) as u32,
+                    t.div_ceil(m.mm.tokens) as u32,
+                    1,
+                ),
+                m.mm.threads,
+                m.mm.smem,
                 &[
                     Arg::U(m.ptr),
                     Arg::U(m.row_bytes as u64),
@@ -1164,7 +1278,8 @@ impl CudaModel {
     }
 
     /// Expert products grouped by expert (after `moe_group`): every slot q
-    /// reads x + (q / x_div)·n_in and writes y + q·n_out.
+    /// of the pass's `slots` reads x + (q / x_div)·n_in and writes
+    /// y + q·n_out.
     fn mv_grouped(
         &self,
         m: &DExperts,
@@ -1172,17 +1287,23 @@ impl CudaModel {
         x: u64,
         x_div: usize,
         y: u64,
+        slots: usize,
     ) -> Result<(), CudaError> {
-        let (f, rows, threads) = if self.tiled && m.n_in.is_multiple_of(32) {
-            (m.mmg, 64, 256)
+        let wide = m
+            .mmgw
+            .filter(|_| slots >= self.wide_slots * self.c.n_expert);
+        let (f, rows, threads, smem) = if let Some(w) = wide {
+            (w.f, 64, w.threads, w.smem)
+        } else if self.tiled && m.n_in.is_multiple_of(32) {
+            (m.mmg.f, 64, m.mmg.threads, m.mmg.smem)
         } else {
-            (m.mvg, 4, 128)
+            (m.mvg, 4, 128, 0)
         };
         self.gpu.launch_f(
             f,
             (m.n_out.div_ceil(rows) as u32, 1, self.c.n_expert as u32),
             threads,
-            0,
+            smem,
             &[
                 Arg::U(m.base),
                 Arg::U(m.row_bytes as u64),
@@ -1283,7 +1404,7 @@ impl CudaModel {
         Ok(())
     }
 
-    /// Queue one pass over `t` tokens (at most `T_MAX`) prepared by
+    /// Queue one pass over `t` tokens (at most `Scratch::t`) prepared by
     /// [`CudaModel::prepare`] at position `pos0`, then the LM head over the
     /// last `rows` of them (logits in `s.logits`). Launches only: no copy, no
     /// synchronisation, so a decode step can be captured as a graph (the
@@ -1630,10 +1751,10 @@ impl CudaModel {
                         Arg::U(s.perm.ptr),
                     ],
                 )?;
-                self.mv_grouped(&l.gate, s, s.h.ptr, kk, s.eg.ptr)?;
-                self.mv_grouped(&l.up, s, s.h.ptr, kk, s.eu.ptr)?;
+                self.mv_grouped(&l.gate, s, s.h.ptr, kk, s.eg.ptr, slots)?;
+                self.mv_grouped(&l.up, s, s.h.ptr, kk, s.eu.ptr, slots)?;
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
-                self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr)?;
+                self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots)?;
             }
             let fused = if t == 1 || exact {
                 match GuMat::dense(&l.sh_gate, &l.sh_up) {
@@ -1717,13 +1838,13 @@ impl CudaModel {
 }
 
 impl Scratch {
-    fn new(g: &Gpu, c: &Config) -> Result<Scratch, CudaError> {
-        let t = T_MAX;
+    fn new(g: &Gpu, c: &Config, t: usize) -> Result<Scratch, CudaError> {
         let f = |n: usize| g.alloc(n.max(1) * 4);
         let ff = c.expert_ff;
         let k = c.n_expert_used;
         let parts = (t * c.n_head * NS_PREFILL).max(c.n_head * NS_DECODE) * (c.head_dim + 2);
         Ok(Scratch {
+            t,
             tok: f(t)?,
             x: f(t * c.n_embd)?,
             h: f(t * c.n_embd)?,
@@ -1748,7 +1869,7 @@ impl Scratch {
             sg: f(t * c.shexp_ff)?,
             su: f(t * c.shexp_ff)?,
             sd: f(t * c.n_embd)?,
-            logits: f(t * c.vocab_size)?,
+            logits: f(t.min(T_MAX) * c.vocab_size)?,
             ctl: f(4)?,
             counts: f(c.n_expert)?,
             offsets: f(c.n_expert)?,
@@ -2086,6 +2207,10 @@ impl DeviceForward for CudaModel {
         Box::new(CudaState::new(self.gpu.clone(), &self.c))
     }
 
+    fn pass_tokens(&self) -> usize {
+        self.scratch.lock().map_or(T_MAX, |s| s.t)
+    }
+
     fn forward(
         &self,
         state: &mut dyn DeviceState,
@@ -2096,7 +2221,8 @@ impl DeviceForward for CudaModel {
         let g = &self.gpu;
         let vocab = self.c.vocab_size;
         let mut out = Vec::with_capacity(if all_logits { tokens.len() } else { 1 } * vocab);
-        let chunks: Vec<&[u32]> = tokens.chunks(T_MAX).collect();
+        let per = if all_logits { s.t.min(T_MAX) } else { s.t };
+        let chunks: Vec<&[u32]> = tokens.chunks(per).collect();
         let r = (|| -> Result<(), CudaError> {
             for (i, ch) in chunks.iter().enumerate() {
                 let t = ch.len();

@@ -387,10 +387,166 @@ fn matvec_every_type_matches_the_cpu() {
                 }
             }
         }
+        if redlite_cuda::dequant_src::tensor_core_prefill(ty) {
+            tensor_core_products_match(&gpu, sfx, &w, &deq, row_bytes, n_in, n_out);
+        }
         checked += 1;
     }
     eprintln!("matvec: {checked} types match the CPU");
     assert!(checked >= 22);
+}
+
+/// The tensor-core prefill kernels of one type (`mmt_T`, dense, and
+/// `mmgt_T` / `mmgw_T`, grouped by expert, 16 / 64 slots a tile) against f64 products of the CPU's
+/// dequantized rows `deq` (two experts of `n_out` rows of the blocks `w`):
+/// 70 tokens (two token tiles, the second partial; two row tiles, the second
+/// partial) and 140 slots over two experts (more than one tile each).
+/// The inputs go in as two bf16 halves (16 significant bits), so the error
+/// bound is 2e-5 of the largest product instead of the f32 kernels' 1e-5.
+fn tensor_core_products_match(
+    gpu: &redlite_cuda::gpu::Gpu,
+    sfx: &str,
+    w: &[u8],
+    deq: &[f32],
+    row_bytes: usize,
+    n_in: usize,
+    n_out: usize,
+) {
+    use redlite_cuda::gpu::Arg;
+    let n_tok = 70usize;
+    // Inputs of mixed magnitudes (the halves must carry small values too).
+    let x: Vec<f32> = (0..n_tok * n_in)
+        .map(|i| {
+            let u = (i * 104729 % 2001) as f32 / 1000.0 - 1.0;
+            u * [1.0f32, 3e-3, 40.0][(i / 7) % 3]
+        })
+        .collect();
+    let dot = |row: usize, t: usize| -> f64 {
+        (0..n_in)
+            .map(|i| deq[row * n_in + i] as f64 * x[t * n_in + i] as f64)
+            .sum()
+    };
+    let wb = gpu.upload(w).expect("upload");
+    let xb = gpu.upload(&x).expect("upload");
+    let yb = gpu.alloc(n_tok * n_out * 4).expect("alloc");
+    gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+    let ty = GgmlType::ALL
+        .into_iter()
+        .find(|&t| redlite_cuda::dequant_src::type_suffix(t) == Some(sfx))
+        .expect("type");
+    let smem = |name: &str, tokens: usize| -> u32 {
+        let b = redlite_cuda::dequant_src::tc_smem_bytes(ty, tokens).expect("tc type");
+        let f = gpu.func(name).expect("kernel");
+        gpu.allow_dynamic_smem(f, b).expect("shared memory");
+        b
+    };
+    let name = format!("mmt_{sfx}");
+    gpu.launch(
+        &name,
+        ((n_out as u32).div_ceil(64), (n_tok as u32).div_ceil(64), 1),
+        128,
+        smem(&name, 64),
+        &[
+            Arg::U(wb.ptr),
+            Arg::U(row_bytes as u64),
+            Arg::I(n_in as i32),
+            Arg::I(n_out as i32),
+            Arg::U(xb.ptr),
+            Arg::I(n_in as i32),
+            Arg::U(yb.ptr),
+            Arg::I(n_out as i32),
+            Arg::I(n_tok as i32),
+        ],
+    )
+    .expect("launch");
+    let mut y = vec![0f32; n_tok * n_out];
+    gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+    let mut worst = 0f64;
+    for t in 0..n_tok {
+        let s = (0..n_out).map(|o| dot(o, t).abs()).fold(1e-30, f64::max);
+        for o in 0..n_out {
+            let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
+            worst = worst.max(e);
+            assert!(
+                e < 2e-5,
+                "mmt_{sfx} t{t} row {o}: {} vs {}",
+                y[t * n_out + o],
+                dot(o, t)
+            );
+        }
+    }
+    // 140 slots: slot q on token q / 2 (x_div 2) with expert sel[q].
+    let n_slot = 140usize;
+    let sel: Vec<i32> = (0..n_slot).map(|q| ((q * 7 + q / 3) % 2) as i32).collect();
+    let selb = gpu.upload(&sel).expect("upload");
+    let counts = gpu.alloc(2 * 4).expect("alloc");
+    let offsets = gpu.alloc(2 * 4).expect("alloc");
+    let perm = gpu.alloc(n_slot * 4).expect("alloc");
+    gpu.launch(
+        "moe_group",
+        (1, 1, 1),
+        1024,
+        2 * 2 * 4,
+        &[
+            Arg::U(selb.ptr),
+            Arg::I(n_slot as i32),
+            Arg::I(2),
+            Arg::U(counts.ptr),
+            Arg::U(offsets.ptr),
+            Arg::U(perm.ptr),
+        ],
+    )
+    .expect("group");
+    let ys = gpu.alloc(n_slot * n_out * 4).expect("alloc");
+    // 16 slots a tile (mmgt) and 64 (mmgw).
+    for (kind, tile) in [("mmgt", 16), ("mmgw", 64)] {
+        gpu.memset0(ys.ptr, ys.bytes).expect("memset");
+        let name = format!("{kind}_{sfx}");
+        gpu.launch(
+            &name,
+            ((n_out as u32).div_ceil(64), 1, 2),
+            128,
+            smem(&name, tile),
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U((n_out * row_bytes) as u64),
+                Arg::U(xb.ptr),
+                Arg::I(2),
+                Arg::U(n_in as u64),
+                Arg::U(ys.ptr),
+                Arg::U(n_out as u64),
+                Arg::U(counts.ptr),
+                Arg::U(offsets.ptr),
+                Arg::U(perm.ptr),
+            ],
+        )
+        .expect("launch");
+        let mut y2 = vec![0f32; n_slot * n_out];
+        gpu.dtoh(&mut y2, ys.ptr).expect("dtoh");
+        for (q, &e) in sel.iter().enumerate() {
+            let t = q / 2;
+            let e = e as usize;
+            let s = (0..n_out)
+                .map(|o| dot(e * n_out + o, t).abs())
+                .fold(1e-30, f64::max);
+            for o in 0..n_out {
+                let want = dot(e * n_out + o, t);
+                let err = (y2[q * n_out + o] as f64 - want).abs() / s;
+                worst = worst.max(err);
+                assert!(
+                    err < 2e-5,
+                    "{name} slot {q} row {o}: {} vs {want}",
+                    y2[q * n_out + o]
+                );
+            }
+        }
+    }
+    eprintln!(
+        "mmt_{sfx} / mmgt_{sfx} / mmgw_{sfx}: worst error {worst:.2e} of the largest product"
+    );
 }
 
 /// Logits of `tokens` through `model`, in batches of `batch`.

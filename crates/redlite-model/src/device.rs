@@ -103,6 +103,12 @@ pub trait DeviceForward: Send + Sync {
     /// real decoding builds (as [`crate::State::fill_random`]), for timing
     /// decode at depth.
     fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError>;
+    /// Most prompt tokens one forward pass takes (longer inputs go in
+    /// chunks of this size): prompts fed in pieces of this size prefill
+    /// fastest.
+    fn pass_tokens(&self) -> usize {
+        512
+    }
     /// GPU time per kernel since the last call, when the device profiles
     /// (`(kernel, milliseconds, launches)`, largest first); empty otherwise.
     fn profile(&self) -> Vec<(String, f64, u64)> {

@@ -278,6 +278,12 @@ impl Model {
         self.device.as_deref()
     }
 
+    /// Prompt tokens to feed per forward pass when the caller does not say:
+    /// 512 on the CPU, the device's pass size on a device.
+    pub fn prefill_batch(&self) -> usize {
+        self.device.as_ref().map_or(512, |d| d.pass_tokens())
+    }
+
     /// Where the forward pass runs, in words.
     pub fn device_name(&self) -> String {
         match &self.device {
