@@ -228,8 +228,10 @@ __device__ __forceinline__ void prep8_Q6_K(const uint8_t* blk, int c, W8& w) {
 __device__ __forceinline__ float apply8_Q6_K(const W8& w, const float* x, float xsum) {
     return w.a * rl_qdot8(w, x);
 }
-// IQ1_M: a·(Σq·x + b·Σx), b the grid's delta.
-__device__ __forceinline__ void prep8_IQ1_M(const uint8_t* blk, int c, W8& w) {
+// IQ1_M: a·(Σq·x + b·Σx), b the grid's delta (grid: rl_iq1s_grid, or a copy
+// of it in shared memory).
+__device__ __forceinline__ void prep8_IQ1_M_g(const uint8_t* blk, int c, W8& w,
+                                              const uint64_t* grid) {
     const uint32_t s01 = rl_w32(blk + 48), s23 = rl_w32(blk + 52);
     const uint32_t s0 = s01 & 0xffffu, s1 = s01 >> 16, s2 = s23 & 0xffffu, s3 = s23 >> 16;
     const float d = rl_f16_to_f32((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
@@ -241,9 +243,12 @@ __device__ __forceinline__ void prep8_IQ1_M(const uint8_t* blk, int c, W8& w) {
     const uint32_t nib = (uint32_t)blk[32 + (c >> 1)] >> (4 * (c & 1));
     const uint32_t idx = (uint32_t)blk[c] | ((nib & 7) << 8);
     w.b = __uint_as_float(RL_IQ1M_DELTA_BITS | ((nib & 8) << 28));
-    const uint64_t g = rl_iq1s_grid[idx];
+    const uint64_t g = grid[idx];
     // Signed grid bytes, flipped to unsigned and back exactly.
     rl_q8o(w, (uint32_t)g ^ 0x80808080u, (uint32_t)(g >> 32) ^ 0x80808080u, 8388736.0f);
+}
+__device__ __forceinline__ void prep8_IQ1_M(const uint8_t* blk, int c, W8& w) {
+    prep8_IQ1_M_g(blk, c, w, rl_iq1s_grid);
 }
 __device__ __forceinline__ float apply8_IQ1_M(const W8& w, const float* x, float xsum) {
     return w.a * (rl_qdot8(w, x) + w.b * xsum);
@@ -1065,35 +1070,68 @@ REDLITE_DQ_TYPES(DEF_MMG)
 // halves, hi = bf16(x) and lo = bf16(x − hi) (x − hi is exact in f32), so
 // hi + lo keeps 16 of x's 24 significant bits (relative error <= 2^-17, far
 // below the 2^-8 of 8-bit activations); the products q·hi and q·lo are exact
-// and the tensor cores sum them in f32. Per chunk: D = Q·Xhi + Q·Xlo (two
-// mma.m16n8k8 bf16), then acc += A·D + B·Σx per (row, token).
+// and the tensor cores sum them in f32. Per group of chunks that share A:
+// D = Σ (Q·Xhi + Q·Xlo) (mma.m16n8k16 bf16 over chunk pairs), then
+// acc += A·D + B·Σx per (row, token).
 //
 // A block of 128 threads (WR × WT warps) computes BR = WR·16·MT rows × BT =
 // WT·8·NT tokens; per step of 32 inputs it stages the weight tile's q as
 // bf16 pairs with A and B, and the input tile's hi and lo pairs with the
 // chunk sums, in shared memory (rows padded to 20 words: the fragment loads
 // of a warp hit 32 different banks). n_in must be a multiple of 256.
+// tab: the type's lookup table in shared memory (TCT_T bytes; IQ1_M only).
 #define TCQ_PLAIN(T)                                                                        \
-    __device__ __forceinline__ void tcq_##T(const uint8_t* blk, int c, W8& w) {             \
+    __device__ __forceinline__ void tcq_##T(const uint8_t* blk, int c, W8& w,               \
+                                            const uint64_t* tab) {                          \
         prep8_##T(blk, c, w);                                                               \
         w.b = 0.f;                                                                          \
     }
 TCQ_PLAIN(Q8_0)
 TCQ_PLAIN(Q6_K)
 TCQ_PLAIN(IQ2_XS)
-__device__ __forceinline__ void tcq_Q4_K(const uint8_t* blk, int c, W8& w) {
+__device__ __forceinline__ void tcq_Q4_K(const uint8_t* blk, int c, W8& w, const uint64_t* tab) {
     prep8_Q4_K(blk, c, w);
     w.b = -w.b;
 }
-__device__ __forceinline__ void tcq_Q5_K(const uint8_t* blk, int c, W8& w) {
+__device__ __forceinline__ void tcq_Q5_K(const uint8_t* blk, int c, W8& w, const uint64_t* tab) {
     prep8_Q5_K(blk, c, w);
     w.b = -w.b;
 }
-__device__ __forceinline__ void tcq_IQ1_M(const uint8_t* blk, int c, W8& w) {
-    prep8_IQ1_M(blk, c, w);
+__device__ __forceinline__ void tcq_IQ1_M(const uint8_t* blk, int c, W8& w,
+                                          const uint64_t* tab) {
+    prep8_IQ1_M_g(blk, c, w, tab);
     w.b = w.a * w.b;
 }
-// The types with a tensor-core prefill kernel (mmt_T, mmgt_T).
+// Per type: chunks that share A (TCG_T: 2 or 4, the products of a group
+// are summed before one scaling), and how B goes (TCB_T: 0 none, 1 one per
+// group, 2 one per chunk).
+#define TCG_Q8_0 4
+#define TCB_Q8_0 0
+#define TCG_Q4_K 4
+#define TCB_Q4_K 1
+#define TCG_Q5_K 4
+#define TCB_Q5_K 1
+#define TCG_Q6_K 2
+#define TCB_Q6_K 0
+#define TCG_IQ1_M 2
+#define TCB_IQ1_M 2
+#define TCG_IQ2_XS 2
+// Bytes of the type's lookup table copied into shared memory (IQ1_M's grid:
+// its random 8-byte lookups are cheaper there than through L1).
+#define TCT_Q8_0 0
+#define TCT_Q4_K 0
+#define TCT_Q5_K 0
+#define TCT_Q6_K 0
+#define TCT_IQ1_M 16384
+#define TCT_IQ2_XS 0
+// Copy the TCT bytes of the type's table to shared memory at d.
+template <int TT>
+__device__ __forceinline__ void tc_load_table(uint64_t* d) {
+    if (TT == 16384)
+        for (int i = threadIdx.x; i < 2048; i += blockDim.x) d[i] = rl_iq1s_grid[i];
+}
+#define TCB_IQ2_XS 0
+// The types with a tensor-core prefill kernel (mmt_T, mmgt_T, mmgw_T).
 #define REDLITE_TC_TYPES(X) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(IQ1_M) X(IQ2_XS)
 
 // Two floats as a bf16 pair (lo in the low half), rounded to nearest.
@@ -1102,13 +1140,15 @@ __device__ __forceinline__ uint32_t rl_bf2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-// d = A(16×8, row) · B(8×8, col) + c in f32.
-__device__ __forceinline__ void rl_mma_bf16_k8(float d[4], uint32_t a0, uint32_t a1, uint32_t b,
-                                               const float c[4]) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-        "{%7,%8,%9,%10};\n"
+// d = A(16×16, row) · B(16×8, col) + c in f32 (a: rows g and g+8 at columns
+// 2·tig, +1, then the same rows 8 columns on; b: rows 2·tig, +1, then 8 on).
+__device__ __forceinline__ void rl_mma_bf16_k16(float d[4], const uint32_t a[4],
+                                                const uint32_t b[2], const float c[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%11,%12,%13};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(b), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
 }
 
 #define TC_PAD 20
@@ -1132,16 +1172,18 @@ struct TcTile {
 #define TC_SW(QK, BS) (16 * ((TC_RB(QK, BS) + 30) / 16))
 // Dynamic shared memory of a launch: the tile, then the two weight buffers
 // (the host's `tc_smem_bytes` computes the same).
-#define TC_SMEM(TILE, QK, BS) (sizeof(TILE) + 2 * TILE::BR * TC_SW(QK, BS))
+#define TC_SMEM(TILE, QK, BS, TT) (sizeof(TILE) + 2 * TILE::BR * TC_SW(QK, BS) + (TT))
 
 // One tile: rows r0 .. r0 + BR of the matrix at Wb against the tokens whose
 // rows t.xr / t.yr hold (set, and synchronised, by the caller), the first
 // nv of them real (the tensor cores skip 8-token groups past them); raw: the
 // two weight buffers. n_in must be a multiple of 256.
-template <int WR, int WT, int MT, int NT, void (*TCQ)(const uint8_t*, int, W8&), int QK, int BS>
+template <int WR, int WT, int MT, int NT, void (*TCQ)(const uint8_t*, int, W8&, const uint64_t*),
+          int QK, int BS,
+          int G, int BM>
 __device__ __forceinline__ void mmt_tile(TcTile<WR, WT, MT, NT>& t, uint8_t* raw,
                                          const uint8_t* Wb, u64 row_bytes, int n_in, int n_out,
-                                         int r0, int nv) {
+                                         int r0, int nv, const uint64_t* tab) {
     constexpr int BR = WR * 16 * MT, BT = WT * 8 * NT, NTH = WR * WT * 32;
     constexpr int RB = TC_RB(QK, BS), SW = TC_SW(QK, BS), NP = SW / 16, CPB = QK / 8;
     constexpr int XI = (BT * 4 + NTH - 1) / NTH;
@@ -1156,7 +1198,6 @@ __device__ __forceinline__ void mmt_tile(TcTile<WR, WT, MT, NT>& t, uint8_t* raw
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[m][n][i] = 0.f;
-    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
     // Where row `row`'s bytes of weight step rr start.
     auto wsrc = [&](int row, int rr) -> const uint8_t* {
         return Wb + (u64)min(r0 + row, n_out - 1) * row_bytes + (u64)rr * RB;
@@ -1207,7 +1248,7 @@ __device__ __forceinline__ void mmt_tile(TcTile<WR, WT, MT, NT>& t, uint8_t* raw
                 const int ch = 4 * s + c;
                 const int b = ch / CPB;
                 W8 w;
-                TCQ(buf + row * SW + shift + b * BS, ch - b * CPB, w);
+                TCQ(buf + row * SW + shift + b * BS, ch - b * CPB, w, tab);
                 uint4 p;
                 p.x = rl_bf2(w.q[0], w.q[1]);
                 p.y = rl_bf2(w.q[2], w.q[3]);
@@ -1242,35 +1283,81 @@ __device__ __forceinline__ void mmt_tile(TcTile<WR, WT, MT, NT>& t, uint8_t* raw
             }
             if (k0 + 32 < n_in) load_x(k0 + 32);
             __syncthreads();
+            // Groups of G chunks share A (and, BM = 1, B): their products
+            // are summed by the tensor cores (m16n8k16 over chunk pairs)
+            // before one scaling.
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                uint32_t a0[MT], a1[MT];
-                float am[MT][2], bm[MT][2];
+            for (int c0 = 0; c0 < 4; c0 += G) {
+                uint32_t af[MT][G / 2][4];
+                float am[MT][2], bm[MT][BM == 2 ? G : 1][2];
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     const int r = wr0 + 16 * m + g;
-                    a0[m] = t.wq[r][4 * c + tig];
-                    a1[m] = t.wq[r + 8][4 * c + tig];
-                    am[m][0] = t.wa[c][r];
-                    am[m][1] = t.wa[c][r + 8];
-                    bm[m][0] = t.wb[c][r];
-                    bm[m][1] = t.wb[c][r + 8];
+#pragma unroll
+                    for (int p = 0; p < G / 2; p++) {
+                        const int c = c0 + 2 * p;
+                        af[m][p][0] = t.wq[r][4 * c + tig];
+                        af[m][p][1] = t.wq[r + 8][4 * c + tig];
+                        af[m][p][2] = t.wq[r][4 * c + 4 + tig];
+                        af[m][p][3] = t.wq[r + 8][4 * c + 4 + tig];
+                    }
+                    am[m][0] = t.wa[c0][r];
+                    am[m][1] = t.wa[c0][r + 8];
+#pragma unroll
+                    for (int cc = 0; cc < (BM == 2 ? G : 1); cc++) {
+                        bm[m][cc][0] = BM ? t.wb[c0 + cc][r] : 0.f;
+                        bm[m][cc][1] = BM ? t.wb[c0 + cc][r + 8] : 0.f;
+                    }
                 }
 #pragma unroll
                 for (int n = 0; n < NT; n++) {
                     const int tk = wt0 + 8 * n;
                     if (tk >= nv) break;
-                    const uint32_t bh = t.xh[tk + g][4 * c + tig], bl = t.xl[tk + g][4 * c + tig];
-                    const float2 sx = *(const float2*)&t.xs[c][tk + 2 * tig];
+                    uint32_t bh[G / 2][2], bl[G / 2][2];
+#pragma unroll
+                    for (int p = 0; p < G / 2; p++) {
+                        const int c = c0 + 2 * p;
+                        bh[p][0] = t.xh[tk + g][4 * c + tig];
+                        bh[p][1] = t.xh[tk + g][4 * c + 4 + tig];
+                        bl[p][0] = t.xl[tk + g][4 * c + tig];
+                        bl[p][1] = t.xl[tk + g][4 * c + 4 + tig];
+                    }
+                    float2 sx[BM == 2 ? G : 1];
+                    if (BM == 1) {
+                        sx[0] = make_float2(0.f, 0.f);
+#pragma unroll
+                        for (int cc = 0; cc < G; cc++) {
+                            const float2 v = *(const float2*)&t.xs[c0 + cc][tk + 2 * tig];
+                            sx[0].x += v.x;
+                            sx[0].y += v.y;
+                        }
+                    } else if (BM == 2) {
+#pragma unroll
+                        for (int cc = 0; cc < G; cc++)
+                            sx[cc] = *(const float2*)&t.xs[c0 + cc][tk + 2 * tig];
+                    }
 #pragma unroll
                     for (int m = 0; m < MT; m++) {
-                        float d[4];
-                        rl_mma_bf16_k8(d, a0[m], a1[m], bh, zero);
-                        rl_mma_bf16_k8(d, a0[m], a1[m], bl, d);
-                        acc[m][n][0] = fmaf(am[m][0], d[0], fmaf(bm[m][0], sx.x, acc[m][n][0]));
-                        acc[m][n][1] = fmaf(am[m][0], d[1], fmaf(bm[m][0], sx.y, acc[m][n][1]));
-                        acc[m][n][2] = fmaf(am[m][1], d[2], fmaf(bm[m][1], sx.x, acc[m][n][2]));
-                        acc[m][n][3] = fmaf(am[m][1], d[3], fmaf(bm[m][1], sx.y, acc[m][n][3]));
+                        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                        for (int p = 0; p < G / 2; p++) {
+                            rl_mma_bf16_k16(d, af[m][p], bh[p], d);
+                            rl_mma_bf16_k16(d, af[m][p], bl[p], d);
+                        }
+                        float* ac = acc[m][n];
+                        if (BM) {
+#pragma unroll
+                            for (int cc = 0; cc < (BM == 2 ? G : 1); cc++) {
+                                ac[0] = fmaf(bm[m][cc][0], sx[cc].x, ac[0]);
+                                ac[1] = fmaf(bm[m][cc][0], sx[cc].y, ac[1]);
+                                ac[2] = fmaf(bm[m][cc][1], sx[cc].x, ac[2]);
+                                ac[3] = fmaf(bm[m][cc][1], sx[cc].y, ac[3]);
+                            }
+                        }
+                        ac[0] = fmaf(am[m][0], d[0], ac[0]);
+                        ac[1] = fmaf(am[m][0], d[1], ac[1]);
+                        ac[2] = fmaf(am[m][1], d[2], ac[2]);
+                        ac[3] = fmaf(am[m][1], d[3], ac[3]);
                     }
                 }
             }
@@ -1313,7 +1400,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
         typedef TcTile<MMT_D> Tile;                                                         \
         static_assert(sizeof(Tile) % 16 == 0, "weight buffers 16-byte aligned");            \
         extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
-        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T));                                       \
+        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T, TCT_##T));                            \
+        uint64_t* tab = (uint64_t*)(tc_smem + sizeof(Tile) + 2 * Tile::BR * TC_SW(QK_##T, BS_##T)); \
+        tc_load_table<TCT_##T>(tab);                                       \
         Tile& t = *(Tile*)tc_smem;                                                          \
         RL_PDL_ENTER();                                                                     \
         const int t0 = blockIdx.y * Tile::BT;                                               \
@@ -1323,9 +1412,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
             t.yr[i] = ok ? y + (u64)(t0 + i) * ldy : nullptr;                               \
         }                                                                                   \
         __syncthreads();                                                                    \
-        mmt_tile<MMT_D, tcq_##T, QK_##T, BS_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,  \
+        mmt_tile<MMT_D, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,  \
                                                  n_in, n_out, blockIdx.x * Tile::BR,        \
-                                                 min(n_tok - t0, Tile::BT));                \
+                                                 min(n_tok - t0, Tile::BT), tab);                \
     }                                                                                       \
     DEF_MMGT(mmgt, T, MMT_G)                                                                \
     DEF_MMGT(mmgw, T, MMT_W)
@@ -1337,7 +1426,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
                  const int* __restrict__ offsets, const int* __restrict__ perm) {           \
         typedef TcTile<CFG> Tile;                                                         \
         extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
-        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T));                                       \
+        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T, TCT_##T));                            \
+        uint64_t* tab = (uint64_t*)(tc_smem + sizeof(Tile) + 2 * Tile::BR * TC_SW(QK_##T, BS_##T)); \
+        tc_load_table<TCT_##T>(tab);                                       \
         Tile& t = *(Tile*)tc_smem;                                                          \
         RL_PDL_ENTER();                                                                     \
         const int e = blockIdx.z;                                                           \
@@ -1354,9 +1445,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
                 t.yr[i] = ok ? y + (u64)q * y_zstride : nullptr;                            \
             }                                                                               \
             __syncthreads();                                                                \
-            mmt_tile<CFG, tcq_##T, QK_##T, BS_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,   \
+            mmt_tile<CFG, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,   \
                                                      n_in, n_out, blockIdx.x * Tile::BR,    \
-                                                     min(cnt - t0, Tile::BT));              \
+                                                     min(cnt - t0, Tile::BT), tab);              \
         }                                                                                   \
     }
 REDLITE_TC_TYPES(DEF_MMT)
@@ -1429,12 +1520,18 @@ extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict
 // ---------------------------------------------------------------------------
 // Gated DeltaNet.
 
-// Causal depthwise conv + SiLU over T tokens, one thread per channel:
+// Causal depthwise conv + SiLU over T tokens, one thread per (channel, tile of
+// CONV_TB tokens):
 // out[t][c] = silu(Σ_i w[c][i]·X(t+i, c)) where X is the K−1 saved inputs
 // then the new ones; the state (at tab[slot]) keeps the last K−1 inputs.
 // With `trail`, the state after token t is also written at trail + t·tstride
 // (a verify pass, rolled back to any of its tokens).
 #define CONV_KMAX 8
+// Tokens per thread of conv_silu (grid.y = ceil(T / CONV_TB)): each tile
+// starts its window from the inputs before it (the saved state for the
+// first), so the tiles run in parallel with each output's arithmetic
+// unchanged.
+#define CONV_TB 64
 extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, int K,
                                      const float* __restrict__ w, const u64* __restrict__ tab,
                                      int slot, float* __restrict__ out, float* __restrict__ trail,
@@ -1443,15 +1540,19 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float* state = (float*)tab[slot];
-    int ks = K - 1;
+    const int ks = K - 1;
+    const int t0 = blockIdx.y * CONV_TB, t1 = min(T, t0 + CONV_TB);
     float win[CONV_KMAX];
     float wc[CONV_KMAX];
+    // Window before token t0: input t0 − ks + i, from the state where
+    // that lies before the pass (state[i] is input i − ks).
 #pragma unroll
     for (int i = 0; i < CONV_KMAX; i++) {
-        win[i] = (i < ks) ? state[(u64)c * ks + i] : 0.f;
+        const int tt = t0 - ks + i;
+        win[i] = (i < ks) ? (tt < 0 ? state[(u64)c * ks + (tt + ks)] : x[(u64)tt * C + c]) : 0.f;
         wc[i] = (i < K) ? w[(u64)c * K + i] : 0.f;
     }
-    for (int t = 0; t < T; t++) {
+    for (int t = t0; t < t1; t++) {
         float xt = x[(u64)t * C + c];
         float s = 0.f;
 #pragma unroll
@@ -1469,9 +1570,22 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
                 if (i < ks) trail[(u64)t * tstride + (u64)c * ks + i] = win[i];
         }
     }
+    // The state after the pass: written by the first tile's thread (the only
+    // one that read the old state), from the last tile's window.
+    if (blockIdx.y == 0) {
 #pragma unroll
-    for (int i = 0; i < CONV_KMAX; i++)
-        if (i < ks) state[(u64)c * ks + i] = win[i];
+        for (int i = 0; i < CONV_KMAX; i++) {
+            if (i < ks) {
+                const int tt = T - ks + i;
+                if (t1 == T) {
+                    state[(u64)c * ks + i] = win[i];
+                } else {
+                    // T > CONV_TB >= ks: every input of the last window is in x.
+                    state[(u64)c * ks + i] = x[(u64)tt * C + c];
+                }
+            }
+        }
+    }
 }
 
 // The recurrent gated delta rule over T tokens, with its inputs' last steps
@@ -1485,12 +1599,57 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
 // o: [T][h_v·d_v]; the states at tab[slot]. With `trail`, the states after
 // token t are also written at trail + t·tstride (a verify pass).
 #define DK_MAX 256
+// The per-token scalars of the delta rule, for every token of a pass at once
+// (so the token-by-token kernel below only reads them): pre[t] holds, per
+// key head, the scales that L2-normalise q (times q_scale) and k, then per
+// value head the gate β = sigmoid(b) and the decay exp(g). Each is computed
+// exactly as delta_rule computes it on its own (the same sums in the same
+// order), so both forms give the same bits. Grid: T blocks of 32·hk threads
+// (one warp per key head).
+extern "C" __global__ void delta_prep(const float* __restrict__ u, int ld, int key_dim,
+                                      const float* __restrict__ ba,
+                                      const float* __restrict__ ssm_a,
+                                      const float* __restrict__ dt_bias, float* __restrict__ pre,
+                                      int hk, int hv, int dk, float eps, double q_scale) {
+    RL_PDL_ENTER();
+    const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float* row = u + (u64)t * ld;
+    float* pt = pre + (u64)t * 2 * (hk + hv);
+    if (warp < hk) {
+        const float* q = row + warp * dk;
+        const float* k = row + key_dim + warp * dk;
+        const int NV = DK_MAX / WARP;
+        double sq = 0.0, sk = 0.0;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int c = lane + i * WARP;
+            const float qv = c < dk ? q[c] : 0.f, kv = c < dk ? k[c] : 0.f;
+            sq += (double)qv * qv;
+            sk += (double)kv * kv;
+        }
+        sq = warp_sum_d(sq);
+        sk = warp_sum_d(sk);
+        if (lane == 0) {
+            pt[2 * warp] = (float)(q_scale / sqrt(sq + (double)eps));
+            pt[2 * warp + 1] = (float)(1.0 / sqrt(sk + (double)eps));
+        }
+    }
+    for (int h = threadIdx.x; h < hv; h += blockDim.x) {
+        const int r = hv / hk;
+        const int ib = 2 * r * (h / r) + h % r;
+        const float* bar = ba + (u64)t * 2 * hv;
+        const float a = bar[ib + r] + dt_bias[h];
+        pt[2 * hk + 2 * h] = sigmoid_f(bar[ib]);
+        pt[2 * hk + 2 * h + 1] = expf(ssm_a[h] * (a > 20.0f ? a : log1pf(expf(a))));
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128)
     delta_rule(const float* __restrict__ u, int ld, int key_dim, const float* __restrict__ ba,
                const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
                int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
-               u64 tstride) {
+               u64 tstride, const float* __restrict__ pre, int fused) {
     RL_PDL_ENTER();
     float* S = (float*)tab[slot];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1509,46 +1668,100 @@ extern "C" __global__ void __launch_bounds__(128)
         int c = lane + i * WARP;
         m[i] = c < dk ? Mj[c] : 0.f;
     }
-    for (int t = 0; t < T; t++) {
+    // With `pre` (delta_prep's scalars), the next token's inputs are loaded
+    // while this one's are used: the loop carries nothing but the state.
+    float qn[NV], kn[NV], vn = 0.f, pn[4] = {0.f, 0.f, 0.f, 0.f};
+    auto load = [&](int t) {
         const float* row = u + (u64)t * ld;
-        const float* q = row + kh * dk;
-        const float* k = row + key_dim + kh * dk;
-        float vj = row[2 * key_dim + h * dv + j];
-        const float* bar = ba + (u64)t * 2 * hv;
-        float b = sigmoid_f(bar[ib]);
-        float a = bar[ib + r] + dtb;
-        float decay = expf(sa * (a > 20.0f ? a : log1pf(expf(a))));
-        float kv[NV], qv[NV];
-        double sq = 0.0, sk = 0.0;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int c = lane + i * WARP;
-            qv[i] = c < dk ? q[c] : 0.f;
-            kv[i] = c < dk ? k[c] : 0.f;
-            sq += (double)qv[i] * qv[i];
-            sk += (double)kv[i] * kv[i];
+            qn[i] = c < dk ? row[kh * dk + c] : 0.f;
+            kn[i] = c < dk ? row[key_dim + kh * dk + c] : 0.f;
         }
-        sq = warp_sum_d(sq);
-        sk = warp_sum_d(sk);
-        float qs = (float)(q_scale / sqrt(sq + (double)eps));
-        float ks = (float)(1.0 / sqrt(sk + (double)eps));
-        float kd = 0.f;
+        vn = row[2 * key_dim + h * dv + j];
+        if (pre) {
+            const float* pt = pre + (u64)t * 2 * (hk + hv);
+            pn[0] = pt[2 * kh];
+            pn[1] = pt[2 * kh + 1];
+            pn[2] = pt[2 * hk + 2 * h];
+            pn[3] = pt[2 * hk + 2 * h + 1];
+        }
+    };
+    if (T > 0) load(0);
+    for (int t = 0; t < T; t++) {
+        float kv[NV], qv[NV];
 #pragma unroll
         for (int i = 0; i < NV; i++) {
-            kv[i] *= ks;
-            qv[i] *= qs;
-            m[i] *= decay;
-            kd += m[i] * kv[i];
+            qv[i] = qn[i];
+            kv[i] = kn[i];
         }
-        kd = warp_sum(kd);
-        float d = b * (vj - kd);
-        float od = 0.f;
+        const float vj = vn;
+        float qs, ks, b, decay;
+        if (pre) {
+            qs = pn[0];
+            ks = pn[1];
+            b = pn[2];
+            decay = pn[3];
+            if (t + 1 < T) load(t + 1);
+        } else {
+            const float* bar = ba + (u64)t * 2 * hv;
+            b = sigmoid_f(bar[ib]);
+            float a = bar[ib + r] + dtb;
+            decay = expf(sa * (a > 20.0f ? a : log1pf(expf(a))));
+            double sq = 0.0, sk = 0.0;
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            m[i] += d * kv[i];
-            od += m[i] * qv[i];
+            for (int i = 0; i < NV; i++) {
+                sq += (double)qv[i] * qv[i];
+                sk += (double)kv[i] * kv[i];
+            }
+            sq = warp_sum_d(sq);
+            sk = warp_sum_d(sk);
+            qs = (float)(q_scale / sqrt(sq + (double)eps));
+            ks = (float)(1.0 / sqrt(sk + (double)eps));
+            if (t + 1 < T) load(t + 1);
         }
-        od = warp_sum(od);
+        float kd = 0.f, od = 0.f;
+        if (fused) {
+            // o_j = (M_j + d·k)·q = M_j·q + d·(k·q): the three sums in one
+            // interleaved reduction instead of two in a row.
+            float mq = 0.f, kq = 0.f;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                kv[i] *= ks;
+                qv[i] *= qs;
+                m[i] *= decay;
+                kd += m[i] * kv[i];
+                mq += m[i] * qv[i];
+                kq += kv[i] * qv[i];
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                kd += __shfl_xor_sync(FULL, kd, off);
+                mq += __shfl_xor_sync(FULL, mq, off);
+                kq += __shfl_xor_sync(FULL, kq, off);
+            }
+            const float d = b * (vj - kd);
+#pragma unroll
+            for (int i = 0; i < NV; i++) m[i] += d * kv[i];
+            od = mq + d * kq;
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                kv[i] *= ks;
+                qv[i] *= qs;
+                m[i] *= decay;
+                kd += m[i] * kv[i];
+            }
+            kd = warp_sum(kd);
+            const float d = b * (vj - kd);
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                m[i] += d * kv[i];
+                od += m[i] * qv[i];
+            }
+            od = warp_sum(od);
+        }
         if (lane == 0) o[(u64)t * hv * dv + (u64)h * dv + j] = od;
         if (trail) {
             float* tj = trail + (u64)t * tstride + ((u64)h * dv + j) * dk;

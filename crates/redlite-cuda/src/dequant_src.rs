@@ -172,7 +172,8 @@ pub fn tensor_core_prefill(t: GgmlType) -> bool {
 /// Dynamic shared memory of a tensor-core prefill launch of type `t`
 /// (`TC_SMEM` in `forward.cu`) whose tiles are 64 rows × `tokens` tokens
 /// (or an expert's slots): the tile, then two buffers of 64 rows' windows
-/// over one 256-input step of weights. `None` where `t` has no such kernel.
+/// over one 256-input step of weights, then the type's lookup table where it
+/// has one there. `None` where `t` has no such kernel.
 pub fn tc_smem_bytes(t: GgmlType, tokens: usize) -> Option<u32> {
     if !tensor_core_prefill(t) {
         return None;
@@ -182,7 +183,9 @@ pub fn tc_smem_bytes(t: GgmlType, tokens: usize) -> Option<u32> {
     let tile = 112 * br + 192 * bt;
     let rb = bs * (256 / qk);
     let sw = 16 * ((rb + 30) / 16);
-    Some((tile + 2 * br * sw) as u32)
+    // IQ1_M's grid in shared memory (`TCT_IQ1_M`).
+    let table = if t == GgmlType::IQ1_M { 16384 } else { 0 };
+    Some((tile + 2 * br * sw + table) as u32)
 }
 
 /// Whether `dequant.cuh` has a `dq8_*` function for `t`.

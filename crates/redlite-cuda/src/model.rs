@@ -31,6 +31,8 @@ const NS_PREFILL: usize = 8;
 /// `NS_DECODE` splits per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
+/// Tokens per thread of `conv_silu` (`CONV_TB` in `forward.cu`).
+const CONV_TB: usize = 64;
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
 /// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
@@ -304,6 +306,9 @@ struct Scratch {
     qkv: DevBuf,
     z: DevBuf,
     ba: DevBuf,
+    /// The delta rule's per-token scalars (`delta_prep`), for passes of
+    /// more than one token.
+    dpre: DevBuf,
     u: DevBuf,
     o: DevBuf,
     qg: DevBuf,
@@ -348,6 +353,7 @@ struct Kern {
     swiglu: Func,
     conv_silu: Func,
     delta_rule: Func,
+    delta_prep: Func,
     rope_neox: Func,
     kv_append: Func,
     attn_split: Func,
@@ -442,6 +448,10 @@ pub struct CudaModel {
     /// Decode's DeltaNet qkv and gate products as one launch when they lie
     /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
     join_qkvz: bool,
+    /// The delta rule's three sums per token in one reduction
+    /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
+    /// sum, as the CPU reference orders them).
+    delta_fused: bool,
     /// Slots per expert on average (of a prefill pass) from which the
     /// grouped products take 64-slot tiles (`REDLITE_CUDA_WIDE_SLOTS`).
     wide_slots: usize,
@@ -460,6 +470,7 @@ pub fn kernel_names() -> Vec<String> {
         "swiglu",
         "conv_silu",
         "delta_rule",
+        "delta_prep",
         "rope_neox",
         "kv_append",
         "attn_split",
@@ -991,6 +1002,7 @@ impl CudaModel {
             swiglu: fk("swiglu")?,
             conv_silu: fk("conv_silu")?,
             delta_rule: fk("delta_rule")?,
+            delta_prep: fk("delta_prep")?,
             rope_neox: fk("rope_neox")?,
             kv_append: fk("kv_append")?,
             attn_split: fk("attn_split")?,
@@ -1030,6 +1042,7 @@ impl CudaModel {
             fuse_router,
             router_f32,
             join_qkvz,
+            delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
             wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -1489,7 +1502,7 @@ impl CudaModel {
                     self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
                     g.launch_f(
                         k.conv_silu,
-                        (cd.div_ceil(128) as u32, 1, 1),
+                        (cd.div_ceil(128) as u32, t.div_ceil(CONV_TB) as u32, 1),
                         128,
                         0,
                         &[
@@ -1505,6 +1518,33 @@ impl CudaModel {
                             Arg::U((c.conv_dim() * (c.conv_kernel - 1)) as u64),
                         ],
                     )?;
+                    // Several tokens: their scalars first, all at once (one
+                    // warp per key head, up to 32).
+                    let pre = if t > 1 && hk <= 32 {
+                        g.launch_f(
+                            k.delta_prep,
+                            (t as u32, 1, 1),
+                            (32 * hk).clamp(32, 1024) as u32,
+                            0,
+                            &[
+                                Arg::U(s.u.ptr),
+                                Arg::I(cd as i32),
+                                Arg::I(kd as i32),
+                                Arg::U(s.ba.ptr),
+                                Arg::U(*ssm_a),
+                                Arg::U(*dt_bias),
+                                Arg::U(s.dpre.ptr),
+                                Arg::I(hk as i32),
+                                Arg::I(hv as i32),
+                                Arg::I(dk as i32),
+                                Arg::F(c.rms_eps),
+                                Arg::D(1.0 / (dk as f64).sqrt()),
+                            ],
+                        )?;
+                        s.dpre.ptr
+                    } else {
+                        0
+                    };
                     g.launch_f(
                         k.delta_rule,
                         (hv as u32, dv.div_ceil(4) as u32, 1),
@@ -1529,6 +1569,8 @@ impl CudaModel {
                             Arg::D(1.0 / (dk as f64).sqrt()),
                             Arg::U(tssm),
                             Arg::U((hv * dv * dk) as u64),
+                            Arg::U(pre),
+                            Arg::I(self.delta_fused as i32),
                         ],
                     )?;
                     g.launch_f(
@@ -1852,6 +1894,7 @@ impl Scratch {
             qkv: f(t * c.conv_dim())?,
             z: f(t * c.value_dim())?,
             ba: f(t * 2 * c.ssm_h_v)?,
+            dpre: f(t * 2 * (c.ssm_h_k + c.ssm_h_v))?,
             u: f(t * c.conv_dim())?,
             o: f(t * c.value_dim())?,
             qg: f(t * c.n_head * 2 * c.head_dim)?,
