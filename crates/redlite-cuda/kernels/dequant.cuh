@@ -9,8 +9,10 @@
 //
 // The results are bit-identical to redlite_quant's scalar dequantizers (the
 // specification): every float expression below mirrors the Rust one in the
-// same operation order. Compile without FMA contraction (NVRTC `--fmad=false`,
-// g++ `-ffp-contract=off`).
+// same operation order, when compiled without FMA contraction (g++
+// `-ffp-contract=off` in the host test; the device build keeps NVRTC's
+// default, contraction on, so there a multiply-add may round once instead of
+// twice).
 //
 // Blocks are only byte-aligned: every multi-byte field is assembled from
 // bytes (rl_ld_u16 / rl_ld_u32), never read through a wider pointer.
