@@ -1384,6 +1384,18 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
     if (have < need) __trap();
 }
 
+// A tensor-core kernel's start: its dynamic shared memory holds the tile,
+// then the two weight buffers, then the type's lookup table (TT bytes,
+// loaded here); returns the table.
+template <class Tile, int QK, int BS, int TT>
+__device__ __forceinline__ uint64_t* tc_enter(uint8_t* smem) {
+    static_assert(sizeof(Tile) % 16 == 0, "weight buffers 16-byte aligned");
+    tc_check_smem(TC_SMEM(Tile, QK, BS, TT));
+    uint64_t* tab = (uint64_t*)(smem + sizeof(Tile) + 2 * Tile::BR * TC_SW(QK, BS));
+    tc_load_table<TT>(tab);
+    return tab;
+}
+
 // Dense: as mm_T (same arguments), a block of 64 rows × 64 tokens.
 #define MMT_D 2, 2, 2, 4
 // Grouped experts: as mmg_T, a block of 64 rows × 16 of the expert's slots
@@ -1398,11 +1410,8 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
                 const float* __restrict__ x, int ldx, float* __restrict__ y, int ldy,       \
                 int n_tok) {                                                                \
         typedef TcTile<MMT_D> Tile;                                                         \
-        static_assert(sizeof(Tile) % 16 == 0, "weight buffers 16-byte aligned");            \
         extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
-        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T, TCT_##T));                            \
-        uint64_t* tab = (uint64_t*)(tc_smem + sizeof(Tile) + 2 * Tile::BR * TC_SW(QK_##T, BS_##T)); \
-        tc_load_table<TCT_##T>(tab);                                       \
+        uint64_t* tab = tc_enter<Tile, QK_##T, BS_##T, TCT_##T>(tc_smem);                   \
         Tile& t = *(Tile*)tc_smem;                                                          \
         RL_PDL_ENTER();                                                                     \
         const int t0 = blockIdx.y * Tile::BT;                                               \
@@ -1412,9 +1421,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
             t.yr[i] = ok ? y + (u64)(t0 + i) * ldy : nullptr;                               \
         }                                                                                   \
         __syncthreads();                                                                    \
-        mmt_tile<MMT_D, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,  \
-                                                 n_in, n_out, blockIdx.x * Tile::BR,        \
-                                                 min(n_tok - t0, Tile::BT), tab);                \
+        mmt_tile<MMT_D, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(                         \
+            t, tc_smem + sizeof(Tile), Wb, row_bytes, n_in, n_out, blockIdx.x * Tile::BR,   \
+            min(n_tok - t0, Tile::BT), tab);                                                \
     }                                                                                       \
     DEF_MMGT(mmgt, T, MMT_G)                                                                \
     DEF_MMGT(mmgw, T, MMT_W)
@@ -1424,11 +1433,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
                  u64 w_zstride, const float* __restrict__ x, int x_div, u64 x_zstride,      \
                  float* __restrict__ y, u64 y_zstride, const int* __restrict__ counts,      \
                  const int* __restrict__ offsets, const int* __restrict__ perm) {           \
-        typedef TcTile<CFG> Tile;                                                         \
+        typedef TcTile<CFG> Tile;                                                           \
         extern __shared__ __align__(16) uint8_t tc_smem[];                                  \
-        tc_check_smem(TC_SMEM(Tile, QK_##T, BS_##T, TCT_##T));                            \
-        uint64_t* tab = (uint64_t*)(tc_smem + sizeof(Tile) + 2 * Tile::BR * TC_SW(QK_##T, BS_##T)); \
-        tc_load_table<TCT_##T>(tab);                                       \
+        uint64_t* tab = tc_enter<Tile, QK_##T, BS_##T, TCT_##T>(tc_smem);                   \
         Tile& t = *(Tile*)tc_smem;                                                          \
         RL_PDL_ENTER();                                                                     \
         const int e = blockIdx.z;                                                           \
@@ -1445,9 +1452,9 @@ __device__ __forceinline__ void tc_check_smem(unsigned need) {
                 t.yr[i] = ok ? y + (u64)q * y_zstride : nullptr;                            \
             }                                                                               \
             __syncthreads();                                                                \
-            mmt_tile<CFG, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(t, tc_smem + sizeof(Tile), Wb, row_bytes,   \
-                                                     n_in, n_out, blockIdx.x * Tile::BR,    \
-                                                     min(cnt - t0, Tile::BT), tab);              \
+            mmt_tile<CFG, tcq_##T, QK_##T, BS_##T, TCG_##T, TCB_##T>(                       \
+                t, tc_smem + sizeof(Tile), Wb, row_bytes, n_in, n_out,                      \
+                blockIdx.x * Tile::BR, min(cnt - t0, Tile::BT), tab);                       \
         }                                                                                   \
     }
 REDLITE_TC_TYPES(DEF_MMT)
@@ -1599,13 +1606,36 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
 // o: [T][h_v·d_v]; the states at tab[slot]. With `trail`, the states after
 // token t are also written at trail + t·tstride (a verify pass).
 #define DK_MAX 256
+#define DN_NV (DK_MAX / WARP)
+// A token's gate β = sigmoid(b) and decay exp(g), g = ssm_a·softplus(a +
+// dt_bias), from its row of the ba projection (bar; b at ib, a at ib + r).
+__device__ __forceinline__ void dn_gate(const float* bar, int ib, int r, float sa, float dtb,
+                                        float& b, float& decay) {
+    b = sigmoid_f(bar[ib]);
+    const float a = bar[ib + r] + dtb;
+    decay = expf(sa * (a > 20.0f ? a : log1pf(expf(a))));
+}
+// The scales that L2-normalise a key head's q (times q_scale) and k, from
+// the lane's values of each (zero past dk); sums in f64 over the warp.
+__device__ __forceinline__ void dn_scales(const float (&qv)[DN_NV], const float (&kv)[DN_NV],
+                                          float eps, double q_scale, float& qs, float& ks) {
+    double sq = 0.0, sk = 0.0;
+#pragma unroll
+    for (int i = 0; i < DN_NV; i++) {
+        sq += (double)qv[i] * qv[i];
+        sk += (double)kv[i] * kv[i];
+    }
+    sq = warp_sum_d(sq);
+    sk = warp_sum_d(sk);
+    qs = (float)(q_scale / sqrt(sq + (double)eps));
+    ks = (float)(1.0 / sqrt(sk + (double)eps));
+}
 // The per-token scalars of the delta rule, for every token of a pass at once
 // (so the token-by-token kernel below only reads them): pre[t] holds, per
 // key head, the scales that L2-normalise q (times q_scale) and k, then per
-// value head the gate β = sigmoid(b) and the decay exp(g). Each is computed
-// exactly as delta_rule computes it on its own (the same sums in the same
-// order), so both forms give the same bits. Grid: T blocks of 32·hk threads
-// (one warp per key head).
+// value head the gate β = sigmoid(b) and the decay exp(g). Both kernels take
+// them from dn_scales and dn_gate, so either way gives the same bits. Grid:
+// T blocks of 32·hk threads (one warp per key head).
 extern "C" __global__ void delta_prep(const float* __restrict__ u, int ld, int key_dim,
                                       const float* __restrict__ ba,
                                       const float* __restrict__ ssm_a,
@@ -1618,29 +1648,25 @@ extern "C" __global__ void delta_prep(const float* __restrict__ u, int ld, int k
     if (warp < hk) {
         const float* q = row + warp * dk;
         const float* k = row + key_dim + warp * dk;
-        const int NV = DK_MAX / WARP;
-        double sq = 0.0, sk = 0.0;
+        float qv[DN_NV], kv[DN_NV];
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
+        for (int i = 0; i < DN_NV; i++) {
             int c = lane + i * WARP;
-            const float qv = c < dk ? q[c] : 0.f, kv = c < dk ? k[c] : 0.f;
-            sq += (double)qv * qv;
-            sk += (double)kv * kv;
+            qv[i] = c < dk ? q[c] : 0.f;
+            kv[i] = c < dk ? k[c] : 0.f;
         }
-        sq = warp_sum_d(sq);
-        sk = warp_sum_d(sk);
+        float qs, ks;
+        dn_scales(qv, kv, eps, q_scale, qs, ks);
         if (lane == 0) {
-            pt[2 * warp] = (float)(q_scale / sqrt(sq + (double)eps));
-            pt[2 * warp + 1] = (float)(1.0 / sqrt(sk + (double)eps));
+            pt[2 * warp] = qs;
+            pt[2 * warp + 1] = ks;
         }
     }
     for (int h = threadIdx.x; h < hv; h += blockDim.x) {
         const int r = hv / hk;
         const int ib = 2 * r * (h / r) + h % r;
-        const float* bar = ba + (u64)t * 2 * hv;
-        const float a = bar[ib + r] + dt_bias[h];
-        pt[2 * hk + 2 * h] = sigmoid_f(bar[ib]);
-        pt[2 * hk + 2 * h + 1] = expf(ssm_a[h] * (a > 20.0f ? a : log1pf(expf(a))));
+        dn_gate(ba + (u64)t * 2 * hv, ib, r, ssm_a[h], dt_bias[h], pt[2 * hk + 2 * h],
+                pt[2 * hk + 2 * h + 1]);
     }
 }
 
@@ -1661,7 +1687,7 @@ extern "C" __global__ void __launch_bounds__(128)
     int ib = 2 * r * (h / r) + h % r;
     float sa = ssm_a[h], dtb = dt_bias[h];
     float* Mj = S + ((u64)h * dv + j) * dk;
-    const int NV = DK_MAX / WARP;
+    const int NV = DN_NV;
     float m[NV];
 #pragma unroll
     for (int i = 0; i < NV; i++) {
@@ -1705,20 +1731,8 @@ extern "C" __global__ void __launch_bounds__(128)
             decay = pn[3];
             if (t + 1 < T) load(t + 1);
         } else {
-            const float* bar = ba + (u64)t * 2 * hv;
-            b = sigmoid_f(bar[ib]);
-            float a = bar[ib + r] + dtb;
-            decay = expf(sa * (a > 20.0f ? a : log1pf(expf(a))));
-            double sq = 0.0, sk = 0.0;
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                sq += (double)qv[i] * qv[i];
-                sk += (double)kv[i] * kv[i];
-            }
-            sq = warp_sum_d(sq);
-            sk = warp_sum_d(sk);
-            qs = (float)(q_scale / sqrt(sq + (double)eps));
-            ks = (float)(1.0 / sqrt(sk + (double)eps));
+            dn_gate(ba + (u64)t * 2 * hv, ib, r, sa, dtb, b, decay);
+            dn_scales(qv, kv, eps, q_scale, qs, ks);
             if (t + 1 < T) load(t + 1);
         }
         float kd = 0.f, od = 0.f;

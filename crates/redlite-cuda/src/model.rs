@@ -567,9 +567,36 @@ impl Uploader<'_> {
             .map_err(merr)
     }
 
+    /// The tensor-core prefill kernel `{kind}_T` of `tokens` tokens (or
+    /// slots) per tile, where `ty` has one, the tensor cores are on and the
+    /// rows are whole 256-input steps; its dynamic shared memory allowed.
+    fn tc_kernel(
+        &self,
+        kind: &str,
+        tokens: usize,
+        ty: GgmlType,
+        n_in: usize,
+        name: &str,
+    ) -> Result<Option<MmKernel>, ModelError> {
+        let Some(smem) =
+            dequant_src::tc_smem_bytes(ty, tokens).filter(|_| self.tc && n_in.is_multiple_of(256))
+        else {
+            return Ok(None);
+        };
+        let f = self.kernel(kind, ty, n_in, name)?;
+        self.gpu.allow_dynamic_smem(f, smem).map_err(merr)?;
+        Ok(Some(MmKernel {
+            f,
+            tokens,
+            threads: 128,
+            smem,
+        }))
+    }
+
     /// The tiled prefill kernel of a matrix (`grouped`: an expert stack) of
-    /// `ty`: on the tensor cores (`mmt_T` / `mmgt_T`) where the type has them,
-    /// else on the CUDA cores (`mm_T` / `mmg_T`).
+    /// `ty`: on the tensor cores (`mmt_T`, 64 tokens a block / `mmgt_T`, 16
+    /// slots) where [`Uploader::tc_kernel`] has one, else on the CUDA cores
+    /// (`mm_T`, 32 tokens / `mmg_T`, 16 slots).
     fn mm_kernel(
         &self,
         ty: GgmlType,
@@ -577,56 +604,20 @@ impl Uploader<'_> {
         name: &str,
         grouped: bool,
     ) -> Result<MmKernel, ModelError> {
-        // Tokens per block: the tensor-core tile's 64 (dense) or 16 slots
-        // (grouped); the CUDA-core tile's 32 or 16.
-        let tc_tokens = if grouped { 16 } else { 64 };
-        let smem = dequant_src::tc_smem_bytes(ty, tc_tokens)
-            .filter(|_| self.tc && n_in.is_multiple_of(256));
-        let tc = smem.is_some();
-        let tokens = match (tc, grouped) {
-            (true, _) => tc_tokens,
-            (false, false) => 32,
-            (false, true) => 16,
+        let (tc_kind, tc_tokens, kind, tokens) = if grouped {
+            ("mmgt", 16, "mmg", 16)
+        } else {
+            ("mmt", 64, "mm", 32)
         };
-        let kind = match (tc, grouped) {
-            (true, false) => "mmt",
-            (true, true) => "mmgt",
-            (false, false) => "mm",
-            (false, true) => "mmg",
-        };
-        let f = self.kernel(kind, ty, n_in, name)?;
-        if let Some(b) = smem {
-            self.gpu.allow_dynamic_smem(f, b).map_err(merr)?;
+        if let Some(k) = self.tc_kernel(tc_kind, tc_tokens, ty, n_in, name)? {
+            return Ok(k);
         }
         Ok(MmKernel {
-            f,
+            f: self.kernel(kind, ty, n_in, name)?,
             tokens,
-            threads: if tc { 128 } else { 256 },
-            smem: smem.unwrap_or(0),
+            threads: 256,
+            smem: 0,
         })
-    }
-
-    /// The grouped tensor-core kernel of 64 slots per tile (`mmgw_T`), where
-    /// `ty` has one and the tensor cores are on.
-    fn mm_wide(
-        &self,
-        ty: GgmlType,
-        n_in: usize,
-        name: &str,
-    ) -> Result<Option<MmKernel>, ModelError> {
-        let Some(smem) =
-            dequant_src::tc_smem_bytes(ty, 64).filter(|_| self.tc && n_in.is_multiple_of(256))
-        else {
-            return Ok(None);
-        };
-        let f = self.kernel("mmgw", ty, n_in, name)?;
-        self.gpu.allow_dynamic_smem(f, smem).map_err(merr)?;
-        Ok(Some(MmKernel {
-            f,
-            tokens: 64,
-            threads: 128,
-            smem,
-        }))
     }
 
     /// The matrix-vector kernels of a matrix (or expert stack) of `ty`.
@@ -725,7 +716,7 @@ impl Uploader<'_> {
             kern: self.mv_kernels(x.ty, x.n_in, name)?,
             mvg: k("mvg")?,
             mmg: self.mm_kernel(x.ty, x.n_in, name, true)?,
-            mmgw: self.mm_wide(x.ty, x.n_in, name)?,
+            mmgw: self.tc_kernel("mmgw", 64, x.ty, x.n_in, name)?,
             n_in: x.n_in,
             n_out: x.n_out,
             row_bytes: x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize,

@@ -4,7 +4,8 @@
 //! unless `REDLITE_REQUIRE_CUDA` is set (the GPU check script sets it, so a
 //! machine whose GPU cannot be used fails loudly instead of skipping).
 //!
-//! - the matrix-vector kernel of every quant type against the CPU's
+//! - the matrix-vector kernel of every quant type, and the tensor-core
+//!   prefill kernels of the types that have them, against the CPU's
 //!   dequantized f64 products, on random blocks;
 //! - tiny-a and tiny-s bf16 against transformers (max |Δlogit| ≤ 5e-3, KL ≤
 //!   1e-6), whole-prompt prefill and token by token;
@@ -327,25 +328,7 @@ fn matvec_every_type_matches_the_cpu() {
         // Grouped (prefill): 5 slots, slot q on token q with expert sel[q],
         // grouped by moe_group, then mvg_<T>.
         let sel = [1i32, 0, 1, 1, 0];
-        let selb = gpu.upload(&sel).expect("upload");
-        let counts = gpu.alloc(2 * 4).expect("alloc");
-        let offsets = gpu.alloc(2 * 4).expect("alloc");
-        let perm = gpu.alloc(5 * 4).expect("alloc");
-        gpu.launch(
-            "moe_group",
-            (1, 1, 1),
-            1024,
-            2 * 2 * 4,
-            &[
-                Arg::U(selb.ptr),
-                Arg::I(5),
-                Arg::I(2),
-                Arg::U(counts.ptr),
-                Arg::U(offsets.ptr),
-                Arg::U(perm.ptr),
-            ],
-        )
-        .expect("group");
+        let groups = group_slots(&gpu, &sel, 2);
         for (kname, rows, threads) in [
             (format!("mvg_{sfx}"), 4u32, 128u32),
             (format!("mmg_{sfx}"), 64, 256),
@@ -356,21 +339,7 @@ fn matvec_every_type_matches_the_cpu() {
                 ((n_out as u32).div_ceil(rows), 1, 2),
                 threads,
                 0,
-                &[
-                    Arg::U(wb.ptr),
-                    Arg::U(row_bytes as u64),
-                    Arg::I(n_in as i32),
-                    Arg::I(n_out as i32),
-                    Arg::U((n_out * row_bytes) as u64),
-                    Arg::U(xb.ptr),
-                    Arg::I(1),
-                    Arg::U(n_in as u64),
-                    Arg::U(yb.ptr),
-                    Arg::U(n_out as u64),
-                    Arg::U(counts.ptr),
-                    Arg::U(offsets.ptr),
-                    Arg::U(perm.ptr),
-                ],
+                &grouped_args(wb.ptr, row_bytes, (n_in, n_out), xb.ptr, 1, yb.ptr, &groups),
             )
             .expect("launch");
             let mut y3 = vec![0f32; 5 * n_out];
@@ -394,6 +363,67 @@ fn matvec_every_type_matches_the_cpu() {
     }
     eprintln!("matvec: {checked} types match the CPU");
     assert!(checked >= 22);
+}
+
+/// Slots grouped by expert on the device (`moe_group`): slot q goes to
+/// expert `sel[q]` of `n_expert`; the counts, offsets and permutation.
+fn group_slots(
+    gpu: &redlite_cuda::gpu::Gpu,
+    sel: &[i32],
+    n_expert: usize,
+) -> [redlite_cuda::gpu::DevBuf; 3] {
+    use redlite_cuda::gpu::Arg;
+    let selb = gpu.upload(sel).expect("upload");
+    let counts = gpu.alloc(n_expert * 4).expect("alloc");
+    let offsets = gpu.alloc(n_expert * 4).expect("alloc");
+    let perm = gpu.alloc(sel.len() * 4).expect("alloc");
+    gpu.launch(
+        "moe_group",
+        (1, 1, 1),
+        1024,
+        (2 * n_expert * 4) as u32,
+        &[
+            Arg::U(selb.ptr),
+            Arg::I(sel.len() as i32),
+            Arg::I(n_expert as i32),
+            Arg::U(counts.ptr),
+            Arg::U(offsets.ptr),
+            Arg::U(perm.ptr),
+        ],
+    )
+    .expect("group");
+    [counts, offsets, perm]
+}
+
+/// The arguments of the grouped kernels (`mvg_T`, `mmg_T`, `mmgt_T`,
+/// `mmgw_T`): experts of `n_out` rows one after another at `w`, slot q
+/// reading x + (q / x_div)·n_in and writing y + q·n_out, `groups` from
+/// [`group_slots`].
+fn grouped_args(
+    w: u64,
+    row_bytes: usize,
+    (n_in, n_out): (usize, usize),
+    x: u64,
+    x_div: i32,
+    y: u64,
+    groups: &[redlite_cuda::gpu::DevBuf; 3],
+) -> Vec<redlite_cuda::gpu::Arg> {
+    use redlite_cuda::gpu::Arg;
+    vec![
+        Arg::U(w),
+        Arg::U(row_bytes as u64),
+        Arg::I(n_in as i32),
+        Arg::I(n_out as i32),
+        Arg::U((n_out * row_bytes) as u64),
+        Arg::U(x),
+        Arg::I(x_div),
+        Arg::U(n_in as u64),
+        Arg::U(y),
+        Arg::U(n_out as u64),
+        Arg::U(groups[0].ptr),
+        Arg::U(groups[1].ptr),
+        Arg::U(groups[2].ptr),
+    ]
 }
 
 /// The tensor-core prefill kernels of one type (`mmt_T`, dense, and
@@ -478,25 +508,7 @@ fn tensor_core_products_match(
     // 140 slots: slot q on token q / 2 (x_div 2) with expert sel[q].
     let n_slot = 140usize;
     let sel: Vec<i32> = (0..n_slot).map(|q| ((q * 7 + q / 3) % 2) as i32).collect();
-    let selb = gpu.upload(&sel).expect("upload");
-    let counts = gpu.alloc(2 * 4).expect("alloc");
-    let offsets = gpu.alloc(2 * 4).expect("alloc");
-    let perm = gpu.alloc(n_slot * 4).expect("alloc");
-    gpu.launch(
-        "moe_group",
-        (1, 1, 1),
-        1024,
-        2 * 2 * 4,
-        &[
-            Arg::U(selb.ptr),
-            Arg::I(n_slot as i32),
-            Arg::I(2),
-            Arg::U(counts.ptr),
-            Arg::U(offsets.ptr),
-            Arg::U(perm.ptr),
-        ],
-    )
-    .expect("group");
+    let groups = group_slots(gpu, &sel, 2);
     let ys = gpu.alloc(n_slot * n_out * 4).expect("alloc");
     // 16 slots a tile (mmgt) and 64 (mmgw).
     for (kind, tile) in [("mmgt", 16), ("mmgw", 64)] {
@@ -507,21 +519,7 @@ fn tensor_core_products_match(
             ((n_out as u32).div_ceil(64), 1, 2),
             128,
             smem(&name, tile),
-            &[
-                Arg::U(wb.ptr),
-                Arg::U(row_bytes as u64),
-                Arg::I(n_in as i32),
-                Arg::I(n_out as i32),
-                Arg::U((n_out * row_bytes) as u64),
-                Arg::U(xb.ptr),
-                Arg::I(2),
-                Arg::U(n_in as u64),
-                Arg::U(ys.ptr),
-                Arg::U(n_out as u64),
-                Arg::U(counts.ptr),
-                Arg::U(offsets.ptr),
-                Arg::U(perm.ptr),
-            ],
+            &grouped_args(wb.ptr, row_bytes, (n_in, n_out), xb.ptr, 2, ys.ptr, &groups),
         )
         .expect("launch");
         let mut y2 = vec![0f32; n_slot * n_out];
