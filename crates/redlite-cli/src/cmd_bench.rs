@@ -327,7 +327,11 @@ pub fn run(args: Args) -> Result<()> {
         "int16"
     };
     let on_gpu = model.device().is_some();
-    let activations = if on_gpu { "f32" } else { activations };
+    let activations = if on_gpu && activations == "int16" {
+        "int16 (one-token and verify products)"
+    } else {
+        activations
+    };
     let kernels = if on_gpu {
         model.device_name()
     } else {

@@ -299,9 +299,6 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
         Device::Auto => redlite_cuda::available().then_some(0),
     };
     if let Some(n) = cuda {
-        if args.f32_activations {
-            eprintln!("note: --f32-activations: CUDA activations are always f32");
-        }
         let t_up = Instant::now();
         let layers = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         layers.set_style(
@@ -313,6 +310,7 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             expert_vram_bytes: gpu_expert_budget,
             // `auto`: what does not fit in GPU memory goes to pinned host RAM.
             fit: args.expert_cache == CacheBudget::Auto,
+            f32_activations: args.f32_activations,
         };
         let r = redlite_cuda::attach_with(&mut model, n, opts, &mut |done, total| {
             layers.set_length(total as u64);

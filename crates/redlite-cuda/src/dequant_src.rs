@@ -80,6 +80,10 @@ pub fn dequant_source() -> String {
         table(&mut s, "uint32_t", "rl_iq3xxs_grid", &IQ3XXS_GRID, hex32);
         table(&mut s, "uint32_t", "rl_iq3s_grid", &IQ3S_GRID, hex32);
         table(&mut s, "uint64_t", "rl_iq1s_grid", &IQ1S_GRID, hex64);
+        let codes: Vec<u16> = IQ1S_GRID.iter().map(|&g| iq1s_code(g)).collect();
+        table(&mut s, "uint16_t", "rl_iq1s_grid2", &codes, |v| {
+            format!("0x{v:04x}")
+        });
         table(&mut s, "uint8_t", "rl_ksigns_iq2xs", &ksigns_iq2xs, |v| {
             format!("0x{v:02x}")
         });
@@ -100,6 +104,16 @@ pub fn dequant_source() -> String {
         s
     })
     .clone()
+}
+
+/// An IQ1_S / IQ1_M grid entry (eight signed bytes in {-1, 0, 1}) as the
+/// integer kernels' 16-bit code: value i + 1 in bits 2i, 2i + 1.
+fn iq1s_code(g: u64) -> u16 {
+    (0..8).fold(0u16, |c, i| {
+        let v = (g >> (8 * i)) as u8 as i8;
+        assert!((-1..=1).contains(&v), "IQ1S grid value {v} outside -1..=1");
+        c | (((v + 1) as u16) << (2 * i))
+    })
 }
 
 fn hex64(v: &u64) -> String {
@@ -165,6 +179,32 @@ pub fn all_suffixes() -> &'static [&'static str] {
 /// in `forward.cu`).
 pub fn tensor_core_suffixes() -> &'static [&'static str] {
     &["Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_M", "IQ2_XS"]
+}
+
+/// `kernels/q16.cuh`: the integer unit functions of the 16-bit-activation
+/// kernels (`q16p_T` / `q16a_T`) and the activation quantizer; it follows
+/// [`dequant_source`] in a kernel source.
+pub const Q16_CUH: &str = include_str!("../kernels/q16.cuh");
+
+/// The types with 16-bit-activation integer kernels (`REDLITE_Q16_TYPES` in
+/// `q16.cuh`): one-token `mq1_T`, `mqgu_T` and the verify twin `mqn_T`.
+pub fn q16_suffixes() -> &'static [&'static str] {
+    &["Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_M", "IQ2_XS"]
+}
+
+/// The longest rows (inputs) the integer kernels of `t` take (`MQ_XS_T` in
+/// `forward.cu`): 2,048 for the types whose lookup tables share the blocks'
+/// shared memory (IQ1_M, IQ2_XS), else 4,096.
+pub fn q16_max_inputs(t: GgmlType) -> usize {
+    match t {
+        GgmlType::IQ1_M | GgmlType::IQ2_XS => 2048,
+        _ => 4096,
+    }
+}
+
+/// Whether `t` has 16-bit-activation integer kernels.
+pub fn q16_type(t: GgmlType) -> bool {
+    type_suffix(t).is_some_and(|s| q16_suffixes().contains(&s))
 }
 
 /// Whether `t` has tensor-core prefill kernels.

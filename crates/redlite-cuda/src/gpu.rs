@@ -200,6 +200,8 @@ pub struct Gpu {
     pub name: String,
     pub cc: (i32, i32),
     pub total_mem: usize,
+    /// Streaming multiprocessors.
+    pub sm_count: usize,
     funcs: HashMap<String, Func>,
     _module: sys::CUmodule,
     prof: Option<std::sync::Mutex<Prof>>,
@@ -239,6 +241,10 @@ impl Gpu {
             .compute_capability()
             .map_err(drv("compute capability"))?;
         let total_mem = ctx.total_mem().map_err(drv("device memory"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("multiprocessor count"))?
+            .max(1) as usize;
         ctx.bind_to_thread().map_err(drv("binding the context"))?;
         let stream = {
             let mut s = std::mem::MaybeUninit::uninit();
@@ -278,6 +284,7 @@ impl Gpu {
             name,
             cc,
             total_mem,
+            sm_count,
             funcs,
             _module: module,
             prof,

@@ -40,6 +40,9 @@ const MV1_R: usize = 2;
 const MV_XS: usize = 4096;
 /// Tokens per block of `mvn_<T>` (the verify pass's products).
 const MVN_NT: usize = 16;
+/// Blocks per multiprocessor the streaming integer kernels are sized for
+/// (`MV1_MINB` in `forward.cu`: what fits one at once).
+const MQ_BLOCKS_PER_SM: usize = 8;
 
 fn merr(e: CudaError) -> ModelError {
     ModelError::Backend(e.to_string())
@@ -57,6 +60,18 @@ struct MvKernels {
     mvgu: Func,
     /// The router's one-token product with its top-k.
     router: Func,
+    /// The 16-bit-activation integer kernels, where the type has them and
+    /// they are on (`q16.cuh`).
+    mq: Option<MqKernels>,
+}
+
+/// The 16-bit-activation twins of `mv1`, `mvgu` and `mvn` (same launch
+/// shapes; `mqn` reads inputs quantized ahead by `q16_quant`).
+#[derive(Clone, Copy)]
+struct MqKernels {
+    mq1: Func,
+    mqgu: Func,
+    mqn: Func,
 }
 
 /// A tiled prefill kernel and its launch shape: blocks of 64 rows ×
@@ -164,6 +179,10 @@ pub struct CudaOptions {
     /// fits in the free memory with room to run ([`FIT_RESERVE`]), else place
     /// as many as fit there and the rest in pinned host memory.
     pub fit: bool,
+    /// f32 activations in every product (the reference path) instead of
+    /// the 16-bit integer activations the one-token and verify products
+    /// take by default (also `REDLITE_F32_ACT=1`).
+    pub f32_activations: bool,
 }
 
 /// Device memory kept free for the scratch buffers, a verify trail and the
@@ -363,6 +382,7 @@ struct Kern {
     moe_combine_norm: Func,
     router_f32: Func,
     fill_normal: Func,
+    q16_quant: Func,
     getrows_embd: Func,
 }
 
@@ -457,6 +477,15 @@ pub struct CudaModel {
     wide_slots: usize,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
+    /// Whether any product runs on 16-bit activations.
+    q16: bool,
+    /// Blocks per multiprocessor the streaming integer kernels' grids are
+    /// sized for (`REDLITE_CUDA_MQ_FILL`, default `MQ_BLOCKS_PER_SM`).
+    mq_fill: usize,
+    /// A verify pass's inputs quantized for `mqn` (`q16_quant`): `V_MAX`
+    /// tokens of up to `MV_XS` values, as 80-byte units and f32 scales.
+    q16_units: DevBuf,
+    q16_scales: DevBuf,
     _bufs: Vec<DevBuf>,
     _hosts: Vec<crate::gpu::HostBuf>,
 }
@@ -480,6 +509,7 @@ pub fn kernel_names() -> Vec<String> {
         "moe_combine_norm",
         "router_f32",
         "fill_normal",
+        "q16_quant",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -495,6 +525,11 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mm_{s}"));
         k.push(format!("mmg_{s}"));
     }
+    for s in dequant_src::q16_suffixes() {
+        k.push(format!("mq1_{s}"));
+        k.push(format!("mqgu_{s}"));
+        k.push(format!("mqn_{s}"));
+    }
     for s in dequant_src::tensor_core_suffixes() {
         k.push(format!("mmt_{s}"));
         k.push(format!("mmgt_{s}"));
@@ -506,6 +541,7 @@ pub fn kernel_names() -> Vec<String> {
 /// The full kernel source: the dequantizers, then the forward kernels.
 pub fn kernel_source() -> String {
     let mut s = dequant_src::dequant_source();
+    s.push_str(dequant_src::Q16_CUH);
     s.push_str(include_str!("../kernels/forward.cu"));
     s
 }
@@ -531,6 +567,9 @@ struct Uploader<'a> {
     /// Prefill products on the tensor cores where the type has them
     /// (`REDLITE_CUDA_TC=0`: the CUDA-core tiles, for comparison).
     tc: bool,
+    /// One-token and verify products on 16-bit activations where the type
+    /// has the integer kernels (off: f32 activations everywhere).
+    q16: bool,
 }
 
 impl Uploader<'_> {
@@ -623,12 +662,28 @@ impl Uploader<'_> {
     /// The matrix-vector kernels of a matrix (or expert stack) of `ty`.
     fn mv_kernels(&self, ty: GgmlType, n_in: usize, name: &str) -> Result<MvKernels, ModelError> {
         let k = |kind| self.kernel(kind, ty, n_in, name);
+        // The integer kernels take whole 256-value activation blocks, at most
+        // q16_max_inputs of them staged.
+        let mq = if self.q16
+            && dequant_src::q16_type(ty)
+            && n_in.is_multiple_of(256)
+            && n_in <= dequant_src::q16_max_inputs(ty)
+        {
+            Some(MqKernels {
+                mq1: k("mq1")?,
+                mqgu: k("mqgu")?,
+                mqn: k("mqn")?,
+            })
+        } else {
+            None
+        };
         Ok(MvKernels {
             mv: k("mv")?,
             mv1: k("mv1")?,
             mvn: k("mvn")?,
             mvgu: k("mvgu")?,
             router: k("router")?,
+            mq,
         })
     }
 
@@ -675,7 +730,10 @@ impl Uploader<'_> {
     }
 
     fn dmat(&self, m: &Mat, name: &str, ptr: u64, row_bytes: usize) -> Result<DMat, ModelError> {
-        let kern = self.mv_kernels(m.ty, m.n_in, name)?;
+        let mut kern = self.mv_kernels(m.ty, m.n_in, name)?;
+        if !q16_aligned(ptr, 0) {
+            kern.mq = None;
+        }
         let mm = self.mm_kernel(m.ty, m.n_in, name, false)?;
         Ok(DMat {
             ty: m.ty,
@@ -712,8 +770,12 @@ impl Uploader<'_> {
         rec_off: u64,
     ) -> Result<DExperts, ModelError> {
         let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
+        let mut kern = self.mv_kernels(x.ty, x.n_in, name)?;
+        if !q16_aligned(base, stride) {
+            kern.mq = None;
+        }
         Ok(DExperts {
-            kern: self.mv_kernels(x.ty, x.n_in, name)?,
+            kern,
             mvg: k("mvg")?,
             mmg: self.mm_kernel(x.ty, x.n_in, name, true)?,
             mmgw: self.tc_kernel("mmgw", 64, x.ty, x.n_in, name)?,
@@ -803,6 +865,14 @@ impl Uploader<'_> {
             _ => unreachable!("three matrices were placed"),
         }
     }
+}
+
+/// Whether matrices at `base` (`stride` apart; 0: one matrix; [`RL_TABLE`]:
+/// through a table of 16-byte aligned records) start where the integer
+/// kernels' word loads expect them: 16-byte aligned, which every upload and
+/// every whole-row matrix of the types they cover gives.
+fn q16_aligned(base: u64, stride: u64) -> bool {
+    base.is_multiple_of(16) && (stride == RL_TABLE || stride.is_multiple_of(16))
 }
 
 /// One expert's record as `placed_experts` lays it out: where each of its
@@ -895,6 +965,8 @@ impl CudaModel {
             hosts: Vec::new(),
             placed: ExpertPlacement::default(),
             tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
+            q16: !opts.f32_activations
+                && std::env::var("REDLITE_F32_ACT").ok().as_deref() != Some("1"),
         };
         let n = w.layers.len();
         let mut layers = Vec::with_capacity(n);
@@ -974,6 +1046,7 @@ impl CudaModel {
         let rope_pairs = gpu.upload(&flat).map_err(merr)?;
         let weight_bytes = up.bytes;
         let placement = up.place.map(|_| up.placed);
+        let q16 = up.q16;
         let hosts = up.hosts;
         let bufs = up.bufs;
         let chunk = match std::env::var("REDLITE_CUDA_CHUNK")
@@ -985,6 +1058,8 @@ impl CudaModel {
             None => T_MAX,
         };
         let scratch = Scratch::new(&gpu, &c, chunk).map_err(merr)?;
+        let q16_units = gpu.alloc(V_MAX * (MV_XS / 32) * 80).map_err(merr)?;
+        let q16_scales = gpu.alloc(V_MAX * (MV_XS / 256) * 4).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
         let k = Kern {
             norm_rows: fk("norm_rows")?,
@@ -1003,6 +1078,7 @@ impl CudaModel {
             moe_combine_norm: fk("moe_combine_norm")?,
             router_f32: fk("router_f32")?,
             fill_normal: fk("fill_normal")?,
+            q16_quant: fk("q16_quant")?,
             getrows_embd: fk(&format!(
                 "getrows_{}",
                 suffix(w.token_embd.ty, "token_embd")?
@@ -1039,6 +1115,14 @@ impl CudaModel {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(24),
             placement,
+            q16,
+            mq_fill: std::env::var("REDLITE_CUDA_MQ_FILL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &usize| n > 0)
+                .unwrap_or(MQ_BLOCKS_PER_SM),
+            q16_units,
+            q16_scales,
             _bufs: bufs,
             _hosts: hosts,
         })
@@ -1114,6 +1198,14 @@ impl CudaModel {
     /// Launch the matrix-vector kernel of `k` that suits `a` (see
     /// [`CudaModel::pick`]).
     fn launch_mv(&self, k: MvKernels, a: MvLaunch, exact: bool) -> Result<(), CudaError> {
+        if let Some(mq) = k.mq {
+            if a.n_tok == 1 {
+                return self.launch_mq1(mq.mq1, &a);
+            }
+            if exact && a.ids == 0 && a.x_zstride == 0 && a.n_tok <= V_MAX {
+                return self.launch_mqn(mq.mqn, &a);
+            }
+        }
         let (f, rows, tile) = self.pick(k, a.n_in, a.n_tok, exact);
         self.gpu.launch_f(
             f,
@@ -1160,6 +1252,86 @@ impl CudaModel {
         } else {
             (k.mv, 4, 8)
         }
+    }
+
+    /// Blocks per slot of a streaming integer kernel over `n_out` rows and
+    /// `slots` slots: enough for every warp a row, at most what fills the
+    /// device (`MQ_BLOCKS_PER_SM` per multiprocessor over all slots).
+    fn mq_blocks(&self, n_out: usize, slots: usize) -> u32 {
+        let fill = (self.gpu.sm_count * self.mq_fill).div_ceil(slots.max(1));
+        n_out.div_ceil(4).min(fill).max(1) as u32
+    }
+
+    /// One token's product on 16-bit activations (`mq1`, `mv1`'s arguments).
+    fn launch_mq1(&self, f: Func, a: &MvLaunch) -> Result<(), CudaError> {
+        self.gpu.launch_f(
+            f,
+            (self.mq_blocks(a.n_out, a.slots), 1, a.slots as u32),
+            128,
+            0,
+            &[
+                Arg::U(a.w),
+                Arg::U(a.row_bytes as u64),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_out as i32),
+                Arg::U(a.x),
+                Arg::I(a.n_in as i32),
+                Arg::U(a.y),
+                Arg::I(a.n_out as i32),
+                Arg::I(1),
+                Arg::U(a.ids),
+                Arg::U(a.w_zstride),
+                Arg::I(a.x_div as i32),
+                Arg::U(a.x_zstride),
+                Arg::U(a.y_zstride),
+                Arg::U(a.x2),
+            ],
+        )
+    }
+
+    /// A verify pass's product on 16-bit activations: the tokens' inputs
+    /// quantized into the model's `q16_units` / `q16_scales` (`q16_quant`,
+    /// the quantizer `mq1` runs per block), then `mqn` over them; `a` has no
+    /// expert ids, one input for its slots and at most `V_MAX` tokens.
+    fn launch_mqn(&self, f: Func, a: &MvLaunch) -> Result<(), CudaError> {
+        let warps = a.n_tok * (a.n_in / 256);
+        self.gpu.launch_f(
+            self.k.q16_quant,
+            (warps.div_ceil(4) as u32, 1, 1),
+            128,
+            0,
+            &[
+                Arg::U(a.x),
+                Arg::U(a.x2),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_tok as i32),
+                Arg::U(self.q16_units.ptr),
+                Arg::U(self.q16_scales.ptr),
+            ],
+        )?;
+        self.gpu.launch_f(
+            f,
+            (
+                self.mq_blocks(a.n_out, a.slots * a.n_tok.div_ceil(MVN_NT)),
+                a.n_tok.div_ceil(MVN_NT) as u32,
+                a.slots as u32,
+            ),
+            128,
+            0,
+            &[
+                Arg::U(a.w),
+                Arg::U(a.row_bytes as u64),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_out as i32),
+                Arg::U(self.q16_units.ptr),
+                Arg::U(self.q16_scales.ptr),
+                Arg::U(a.y),
+                Arg::I(a.n_out as i32),
+                Arg::I(a.n_tok as i32),
+                Arg::U(a.w_zstride),
+                Arg::U(a.y_zstride),
+            ],
+        )
     }
 
     /// `y = M·(silu(g) ⊙ u)` over `t` tokens (one, or an exact pass), the
@@ -1258,9 +1430,13 @@ impl CudaModel {
         if !self.fuse_gu || g.n_in > MV_XS {
             return Ok(false);
         }
+        let (f, blocks) = match g.kern.mq {
+            Some(m) => (m.mqgu, self.mq_blocks(g.n_out, slots)),
+            None => (g.kern.mvgu, g.n_out.div_ceil(4) as u32),
+        };
         self.gpu.launch_f(
-            g.kern.mvgu,
-            (g.n_out.div_ceil(4) as u32, 1, slots as u32),
+            f,
+            (blocks, 1, slots as u32),
             128,
             0,
             &[
@@ -2231,8 +2407,13 @@ impl DeviceForward for CudaModel {
             ),
             None => String::new(),
         };
+        let act = if self.q16 {
+            "int16 activations in one-token and verify products, f32 elsewhere"
+        } else {
+            "f32 activations"
+        };
         format!(
-            "cuda:{} ({}, sm_{}{}, f32 activations{experts})",
+            "cuda:{} ({}, sm_{}{}, {act}{experts})",
             self.gpu.ordinal, self.gpu.name, self.gpu.cc.0, self.gpu.cc.1
         )
     }

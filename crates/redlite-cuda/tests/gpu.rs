@@ -9,10 +9,15 @@
 //!   dequantized f64 products, on random blocks;
 //! - tiny-a and tiny-s bf16 against transformers (max |Δlogit| ≤ 5e-3, KL ≤
 //!   1e-6), whole-prompt prefill and token by token;
-//! - every quantized tiny-s fixture against `exact-<TYPE>.npz` (activations
-//!   stay f32 on the GPU, so the f32 path's limits apply: p99 |Δ| ≤ 5e-3 and
-//!   mean KL ≤ 1e-6, far inside a tenth of llama.cpp's figure);
-//! - prefill against decode within 1e-2;
+//! - the 16-bit-activation one-token and verify kernels against f64 products
+//!   of the dequantized rows with the CPU's quantized activations, and the
+//!   verify twin equal to the one-token kernel bit for bit;
+//! - every quantized tiny-s fixture against `exact-<TYPE>.npz`: prefill (f32
+//!   activations) and decode on the f32 reference path within the f32
+//!   limits (p99 |Δ| ≤ 5e-3, mean KL ≤ 1e-6); decode on the default 16-bit
+//!   activations at most a tenth of llama.cpp's mean KL and within its p99;
+//! - prefill against decode within 1e-2 on the f32 path (on the default
+//!   path: mean KL ≤ 1e-5, p99 of per-position max |Δ| ≤ 2e-2);
 //! - the 32,768-token prompt against transformers;
 //! - state forks, and speculative verify + rollback, against plain decoding.
 
@@ -40,6 +45,19 @@ fn gpu_ready() -> bool {
 fn load_gpu(name: &str) -> Model {
     let mut m = load(name);
     redlite_cuda::attach(&mut m, 0, &mut |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    m
+}
+
+/// A fixture on the GPU with f32 activations in every product (the
+/// reference path) instead of the default 16-bit one-token products.
+fn load_gpu_f32(name: &str) -> Model {
+    let mut m = load(name);
+    let opts = redlite_cuda::CudaOptions {
+        f32_activations: true,
+        ..Default::default()
+    };
+    redlite_cuda::attach_with(&mut m, 0, opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     m
 }
 
@@ -365,6 +383,302 @@ fn matvec_every_type_matches_the_cpu() {
     assert!(checked >= 22);
 }
 
+/// The 16-bit-activation kernels of every type that has them (`mq1_<T>`
+/// with expert ids and with a SwiGLU input, `mqgu_<T>`, and `q16_quant` +
+/// `mqn_<T>` over 5 and 16 tokens) against f64 products of the CPU's
+/// dequantized rows with the activations quantized as the kernels do it
+/// (`common::q16_quantize`); `mq1_<T>` must give the same bits on any grid and
+/// `mqn_<T>` each token the very bits `mq1_<T>` gives it alone (a verify pass
+/// equals decoding). Rows of 256, 512, 2,048 and 4,096 inputs (rows side by
+/// side, one staged item of several rows, rows staged in pieces).
+#[test]
+fn q16_products_match_the_quantized_reference() {
+    use redlite_cuda::gpu::{Arg, Gpu};
+    if !gpu_ready() {
+        return;
+    }
+    let gpu = Gpu::open(
+        0,
+        &redlite_cuda::kernel_source(),
+        &redlite_cuda::kernel_names(),
+    )
+    .expect("gpu");
+    let mut checked = 0;
+    for &sfx in redlite_cuda::dequant_src::q16_suffixes() {
+        let ty = GgmlType::ALL
+            .into_iter()
+            .find(|t| redlite_cuda::dequant_src::type_suffix(*t) == Some(sfx))
+            .expect("type");
+        let widths: Vec<usize> = [256usize, 512, 2048, 4096]
+            .into_iter()
+            .filter(|&n| n <= redlite_cuda::dequant_src::q16_max_inputs(ty))
+            .collect();
+        for n_in in widths {
+            let n_out = 100usize;
+            let row_bytes = ty.row_bytes(n_in as u64).expect("row") as usize;
+            let (qk, _) = redlite_cuda::dequant_src::dq_block_shape(ty).expect("shape");
+            let w =
+                common::random_blocks(ty, 2 * n_out * (n_in / qk), ty as u64 * 31 + n_in as u64);
+            let k = redlite_quant::kernels(ty).expect("cpu kernels");
+            let mut deq = vec![0f32; 2 * n_out * n_in];
+            for r in 0..2 * n_out {
+                (k.dequant)(
+                    &w[r * row_bytes..(r + 1) * row_bytes],
+                    &mut deq[r * n_in..(r + 1) * n_in],
+                );
+            }
+            let n_tok = 16usize;
+            // Inputs of varied magnitude per 256 values.
+            let x: Vec<f32> = (0..n_tok * n_in)
+                .map(|i| {
+                    let mag = [1.0f32, 1e-3, 30.0, 0.02][(i / 256) % 4];
+                    ((i * 104729 % 2001) as f32 / 1000.0 - 1.0) * mag
+                })
+                .collect();
+            let x2: Vec<f32> = (0..n_tok * n_in)
+                .map(|i| (i * 7727 % 1999) as f32 / 999.0 - 1.0)
+                .collect();
+            // The inputs as the kernels see them: quantized per token.
+            let deq_x = |xs: &[f32]| -> Vec<f64> {
+                let (d, q) = common::q16_quantize(xs);
+                q.iter()
+                    .enumerate()
+                    .map(|(i, &q)| q as f64 * d[i / 32] as f64)
+                    .collect::<Vec<f64>>()
+            };
+            let xq = deq_x(&x);
+            let dot = |row: usize, xs: &[f64], t: usize| -> f64 {
+                (0..n_in)
+                    .map(|i| deq[row * n_in + i] as f64 * xs[t * n_in + i])
+                    .sum()
+            };
+            let scale = |xs: &[f64], t: usize| -> f64 {
+                (0..2 * n_out)
+                    .map(|o| {
+                        (0..n_in)
+                            .map(|i| (deq[o * n_in + i] as f64 * xs[t * n_in + i]).abs())
+                            .sum::<f64>()
+                    })
+                    .fold(1e-30, f64::max)
+            };
+            let wb = gpu.upload(&w).expect("upload");
+            let xb = gpu.upload(&x).expect("upload");
+            let x2b = gpu.upload(&x2).expect("upload");
+            let yb = gpu.alloc(n_tok * 2 * n_out * 4).expect("alloc");
+            let ids = gpu.upload(&[1i32, 0i32]).expect("upload");
+            let label = format!("{sfx} n_in {n_in}");
+            // mq1 over two slots: slot z takes expert ids[z] on token z; one
+            // row per warp (25 blocks) or runs of 9 (3 blocks).
+            let mq1 = |x2p: u64, blocks: u32, y: &mut Vec<f32>| {
+                gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+                gpu.launch(
+                    &format!("mq1_{sfx}"),
+                    (blocks, 1, 2),
+                    128,
+                    0,
+                    &[
+                        Arg::U(wb.ptr),
+                        Arg::U(row_bytes as u64),
+                        Arg::I(n_in as i32),
+                        Arg::I(n_out as i32),
+                        Arg::U(xb.ptr),
+                        Arg::I(n_in as i32),
+                        Arg::U(yb.ptr),
+                        Arg::I(n_out as i32),
+                        Arg::I(1),
+                        Arg::U(ids.ptr),
+                        Arg::U((n_out * row_bytes) as u64),
+                        Arg::I(1),
+                        Arg::U(n_in as u64),
+                        Arg::U(n_out as u64),
+                        Arg::U(x2p),
+                    ],
+                )
+                .expect("launch");
+                y.resize(2 * n_out, 0.0);
+                gpu.dtoh(y, yb.ptr).expect("dtoh");
+            };
+            let mut y1 = Vec::new();
+            mq1(0, 25, &mut y1);
+            let mut y1b = Vec::new();
+            mq1(0, 3, &mut y1b);
+            for (i, (a, b)) in y1.iter().zip(&y1b).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "mq1 {label}: output {i} differs between grids"
+                );
+            }
+            for (z, e) in [(0usize, 1usize), (1, 0)] {
+                let s = scale(&xq, z);
+                for o in 0..n_out {
+                    let want = dot(e * n_out + o, &xq, z);
+                    let err = (y1[z * n_out + o] as f64 - want).abs() / s;
+                    assert!(
+                        err < 1e-6,
+                        "mq1 {label} slot {z} row {o}: {} vs {want}",
+                        y1[z * n_out + o]
+                    );
+                }
+            }
+            // With a SwiGLU input: silu(x) ⊙ x2, formed in f32 on the device.
+            let sw: Vec<f32> = x
+                .iter()
+                .zip(&x2)
+                .map(|(&a, &b)| a / (1.0 + (-a).exp()) * b)
+                .collect();
+            let swq = deq_x(&sw);
+            let mut ys = Vec::new();
+            mq1(x2b.ptr, 7, &mut ys);
+            for (z, e) in [(0usize, 1usize), (1, 0)] {
+                let s = scale(&swq, z);
+                for o in 0..n_out {
+                    let want = dot(e * n_out + o, &swq, z);
+                    let err = (ys[z * n_out + o] as f64 - want).abs() / s;
+                    assert!(
+                        err < 1e-4,
+                        "mq1 {label} silu slot {z} row {o}: {} vs {want}",
+                        ys[z * n_out + o]
+                    );
+                }
+            }
+            // mqgu: expert 0's rows as the gate, expert 1's as the up rows.
+            gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+            gpu.launch(
+                &format!("mqgu_{sfx}"),
+                (5, 1, 1),
+                128,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U((n_out * row_bytes) as u64),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U(xb.ptr),
+                    Arg::U(yb.ptr),
+                    Arg::U(0),
+                    Arg::U(0),
+                    Arg::I(1),
+                    Arg::U(n_in as u64),
+                    Arg::U(n_out as u64),
+                ],
+            )
+            .expect("launch");
+            let mut yg = vec![0f32; n_out];
+            gpu.dtoh(&mut yg, yb.ptr).expect("dtoh");
+            let s0 = scale(&xq, 0);
+            for (o, &got) in yg.iter().enumerate() {
+                let g = dot(o, &xq, 0);
+                let want = g / (1.0 + (-g).exp()) * dot(n_out + o, &xq, 0);
+                let tol = 1e-5 * s0 * (1.0 + g.abs() + dot(n_out + o, &xq, 0).abs());
+                assert!(
+                    (got as f64 - want).abs() <= tol,
+                    "mqgu {label} row {o}: {got} vs {want}"
+                );
+            }
+            // q16_quant + mqn over the first nt tokens (expert 0), each token
+            // bit for bit as mq1 gives it alone.
+            let units = gpu.alloc(n_tok * (n_in / 32) * 80).expect("alloc");
+            let scales = gpu.alloc(n_tok * (n_in / 32) * 4).expect("alloc");
+            for nt in [5usize, 16] {
+                gpu.launch(
+                    "q16_quant",
+                    ((nt * (n_in / 256)).div_ceil(4) as u32, 1, 1),
+                    128,
+                    0,
+                    &[
+                        Arg::U(xb.ptr),
+                        Arg::U(0),
+                        Arg::I(n_in as i32),
+                        Arg::I(nt as i32),
+                        Arg::U(units.ptr),
+                        Arg::U(scales.ptr),
+                    ],
+                )
+                .expect("launch");
+                gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+                gpu.launch(
+                    &format!("mqn_{sfx}"),
+                    (11, 1, 1),
+                    128,
+                    0,
+                    &[
+                        Arg::U(wb.ptr),
+                        Arg::U(row_bytes as u64),
+                        Arg::I(n_in as i32),
+                        Arg::I(n_out as i32),
+                        Arg::U(units.ptr),
+                        Arg::U(scales.ptr),
+                        Arg::U(yb.ptr),
+                        Arg::I(n_out as i32),
+                        Arg::I(nt as i32),
+                        Arg::U(0),
+                        Arg::U(0),
+                    ],
+                )
+                .expect("launch");
+                let mut yn = vec![0f32; nt * n_out];
+                gpu.dtoh(&mut yn, yb.ptr).expect("dtoh");
+                for t in 0..nt {
+                    let s = scale(&xq, t);
+                    for o in 0..n_out {
+                        let want = dot(o, &xq, t);
+                        let err = (yn[t * n_out + o] as f64 - want).abs() / s;
+                        assert!(
+                            err < 1e-6,
+                            "mqn {label} ({nt} tokens) t{t} row {o}: {} vs {want}",
+                            yn[t * n_out + o]
+                        );
+                    }
+                }
+                // Token t alone through mq1 (one slot, expert 0 by pointer).
+                for t in [0usize, nt - 1] {
+                    gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+                    gpu.launch(
+                        &format!("mq1_{sfx}"),
+                        (25, 1, 1),
+                        128,
+                        0,
+                        &[
+                            Arg::U(wb.ptr),
+                            Arg::U(row_bytes as u64),
+                            Arg::I(n_in as i32),
+                            Arg::I(n_out as i32),
+                            Arg::U(xb.ptr + (t * n_in * 4) as u64),
+                            Arg::I(n_in as i32),
+                            Arg::U(yb.ptr),
+                            Arg::I(n_out as i32),
+                            Arg::I(1),
+                            Arg::U(0),
+                            Arg::U(0),
+                            Arg::I(1),
+                            Arg::U(0),
+                            Arg::U(0),
+                            Arg::U(0),
+                        ],
+                    )
+                    .expect("launch");
+                    let mut y = vec![0f32; n_out];
+                    gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+                    for o in 0..n_out {
+                        assert_eq!(
+                            y[o].to_bits(),
+                            yn[t * n_out + o].to_bits(),
+                            "mqn {label} t{t} row {o}: {} alone, {} in the pass",
+                            y[o],
+                            yn[t * n_out + o]
+                        );
+                    }
+                }
+            }
+            checked += 1;
+        }
+    }
+    eprintln!("q16: {checked} type × width cases match the quantized reference");
+    assert_eq!(checked, 22);
+}
+
 /// Slots grouped by expert on the device (`moe_group`): slot q goes to
 /// expert `sel[q]` of `n_expert`; the counts, offsets and permutation.
 fn group_slots(
@@ -596,16 +910,30 @@ fn quantized_match_the_exact_reference() {
     };
     for ty in types {
         assert!(all.contains(&ty), "REDLITE_GPU_TYPES: unknown type {ty}");
-        let model = load_gpu(&format!("tiny-s-{ty}.gguf"));
+        let file = format!("tiny-s-{ty}.gguf");
+        let model = load_gpu(&file);
+        let reference = load_gpu_f32(&file);
         let exact = read_npz(&fixture(&format!("exact-{ty}.npz")));
-        let lc_kl = figs[format!("{ty}: llama.cpp vs exact")]["mean_kl"]
-            .as_f64()
-            .expect("mean_kl");
-        for (mode, whole) in [("prefill", true), ("decode", false)] {
+        let lc = &figs[format!("{ty}: llama.cpp vs exact")];
+        let lc_kl = lc["mean_kl"].as_f64().expect("mean_kl");
+        let lc_p99 = lc["p99_abs"].as_f64().expect("p99_abs");
+        // Prefill products keep f32 activations (the tensor cores take each
+        // as two bf16 halves); decode's one-token products take 16-bit
+        // activations by default, f32 on the reference path.
+        for (mode, whole, f32_act) in [
+            ("prefill", true, true),
+            ("decode", false, false),
+            ("decode-f32", false, true),
+        ] {
+            let model = if mode == "decode-f32" {
+                &reference
+            } else {
+                &model
+            };
             let (mut abs, mut kls) = (Vec::new(), Vec::new());
             for name in PROMPTS {
                 let tokens = prompt_ids(&p, name);
-                let ours = logits(&model, &tokens, if whole { tokens.len() } else { 1 });
+                let ours = logits(model, &tokens, if whole { tokens.len() } else { 1 });
                 for (a, k) in per_position(&exact[name], &ours) {
                     abs.push(a as f64);
                     kls.push(k);
@@ -620,17 +948,25 @@ fn quantized_match_the_exact_reference() {
                 abs[abs.len() - 1]
             );
             assert!(
-                mean_kl <= 0.1 * lc_kl,
-                "{ty} {mode}: KL {mean_kl} vs llama.cpp {lc_kl}"
+                mean_kl <= 0.1 * lc_kl && p99 <= lc_p99,
+                "{ty} {mode}: KL {mean_kl} vs llama.cpp {lc_kl}, p99 {p99} vs {lc_p99}"
             );
-            assert!(
-                p99 <= 5e-3 && mean_kl <= 1e-6,
-                "{ty} {mode}: p99 {p99}, KL {mean_kl}"
-            );
+            if f32_act {
+                assert!(
+                    p99 <= 5e-3 && mean_kl <= 1e-6,
+                    "{ty} {mode}: p99 {p99}, KL {mean_kl}"
+                );
+            }
         }
     }
 }
 
+/// Whole-prompt prefill against token-by-token decode. On the f32 reference
+/// path every logit agrees within 1e-2. On the default path decode's
+/// products take 16-bit activations (prefill's stay f32), and a rounding can
+/// flip a near-tie in an expert choice, which moves a few positions' logits
+/// by more: there, as on the CPU's integer path, the mean KL stays at most
+/// 1e-5 and the 99th percentile of per-position max |Δ| at most 2e-2.
 #[test]
 fn prefill_matches_decode() {
     if !gpu_ready() {
@@ -642,16 +978,39 @@ fn prefill_matches_decode() {
         "tiny-s-CF2mix.gguf",
         "tiny-s-Q8_0-legacy.gguf",
     ] {
-        let model = load_gpu(file);
-        let mut worst = 0f32;
-        for name in PROMPTS {
-            let tokens = prompt_ids(&p, name);
-            let a = logits(&model, &tokens, tokens.len());
-            let b = logits(&model, &tokens, 1);
-            worst = worst.max(max_abs(&a, &b));
+        for f32_act in [true, false] {
+            let model = if f32_act {
+                load_gpu_f32(file)
+            } else {
+                load_gpu(file)
+            };
+            let vocab = model.config().vocab_size;
+            let (mut worst, mut kls, mut maxes) = (0f32, Vec::new(), Vec::new());
+            for name in PROMPTS {
+                let tokens = prompt_ids(&p, name);
+                let a = logits(&model, &tokens, tokens.len());
+                let b = logits(&model, &tokens, 1);
+                worst = worst.max(max_abs(&a, &b));
+                for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
+                    kls.push(kl(ra, rb));
+                    maxes.push(max_abs(ra, rb) as f64);
+                }
+            }
+            let mean_kl = kls.iter().sum::<f64>() / kls.len() as f64;
+            let p99 = percentile(maxes, 99.0);
+            let path = if f32_act { "f32" } else { "int16 decode" };
+            println!(
+                "gpu {file} ({path}): prefill vs decode max |Δ| {worst:.2e}, p99 {p99:.2e}, mean KL {mean_kl:.2e}"
+            );
+            if f32_act {
+                assert!(worst <= 1e-2, "{file} ({path}): prefill vs decode {worst}");
+            } else {
+                assert!(
+                    mean_kl <= 1e-5 && p99 <= 2e-2,
+                    "{file} ({path}): prefill vs decode mean KL {mean_kl}, p99 {p99}"
+                );
+            }
         }
-        println!("gpu {file}: prefill vs decode max |Δ| {worst:.2e}");
-        assert!(worst <= 1e-2, "{file}: prefill vs decode {worst}");
     }
 }
 
@@ -828,6 +1187,7 @@ fn experts_placed_apart_equal_resident() {
         let opts = redlite_cuda::CudaOptions {
             expert_vram_bytes: Some(budget),
             fit: false,
+            f32_activations: false,
         };
         let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
             .unwrap_or_else(|e| panic!("{name}: {e}"))

@@ -57,3 +57,29 @@ pub fn random_blocks(t: GgmlType, n: usize, seed: u64) -> Vec<u8> {
     }
     data
 }
+
+/// The integer kernels' activation quantizer (`rl_q16_quantize_ref` in
+/// `kernels/q16.cuh`), written out again: per 32 values, scale
+/// `d = amax / 32767` and values `round-half-even(v · 32767 / amax)` in
+/// ±32767 (an all-zero unit has scale 0). Returns the scales and the values.
+pub fn q16_quantize(x: &[f32]) -> (Vec<f32>, Vec<i32>) {
+    assert!(x.len().is_multiple_of(32));
+    let mut d = Vec::with_capacity(x.len() / 32);
+    let mut q = Vec::with_capacity(x.len());
+    for u in x.chunks_exact(32) {
+        let amax = u
+            .iter()
+            .fold(0f32, |a, v| if v.abs() > a { v.abs() } else { a });
+        let (dd, id) = if amax > 0.0 && amax.is_finite() {
+            (amax / 32767.0, 32767.0 / amax)
+        } else {
+            (if amax > 0.0 { amax } else { 0.0 }, 0.0)
+        };
+        d.push(dd);
+        q.extend(
+            u.iter()
+                .map(|&v| (v * id).round_ties_even().clamp(-32767.0, 32767.0) as i32),
+        );
+    }
+    (d, q)
+}
