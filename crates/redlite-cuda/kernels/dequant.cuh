@@ -330,6 +330,13 @@ __device__ __forceinline__ void dq8_IQ1_S(const uint8_t* __restrict__ blk, int c
     rl_put8_shifted(v, dl, rl_iq1s_grid[idx], delta);
 }
 
+/// The half bits of an IQ1_M block's scale, spread over the top nibbles of
+/// its four scale words (s0..s3, the u16s at 48..56).
+__device__ __forceinline__ uint32_t rl_iq1m_dbits(uint32_t s0, uint32_t s1, uint32_t s2,
+                                                  uint32_t s3) {
+    return (s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) | (s3 & 0xf000u);
+}
+
 #define QK_IQ1_M 256
 #define BS_IQ1_M 56
 __device__ __forceinline__ void dq8_IQ1_M(const uint8_t* __restrict__ blk, int c, float v[8]) {
@@ -337,8 +344,7 @@ __device__ __forceinline__ void dq8_IQ1_M(const uint8_t* __restrict__ blk, int c
     const uint32_t s1 = rl_ld_u16(blk + 50);
     const uint32_t s2 = rl_ld_u16(blk + 52);
     const uint32_t s3 = rl_ld_u16(blk + 54);
-    const float d = rl_f16_to_f32((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
-                                  (s3 & 0xf000u));
+    const float d = rl_f16_to_f32(rl_iq1m_dbits(s0, s1, s2, s3));
     const int ib = c >> 2;
     const int l = c & 3;
     const uint32_t sw = rl_ld_u16(blk + 48 + 2 * (ib >> 1));

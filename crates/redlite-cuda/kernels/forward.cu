@@ -234,8 +234,7 @@ __device__ __forceinline__ void prep8_IQ1_M_g(const uint8_t* blk, int c, W8& w,
                                               const uint64_t* grid) {
     const uint32_t s01 = rl_w32(blk + 48), s23 = rl_w32(blk + 52);
     const uint32_t s0 = s01 & 0xffffu, s1 = s01 >> 16, s2 = s23 & 0xffffu, s3 = s23 >> 16;
-    const float d = rl_f16_to_f32((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
-                                  (s3 & 0xf000u));
+    const float d = rl_f16_to_f32(rl_iq1m_dbits(s0, s1, s2, s3));
     const int ib = c >> 2;
     const int l = c & 3;
     const uint32_t sw = (ib >> 1) == 0 ? s0 : (ib >> 1) == 1 ? s1 : (ib >> 1) == 2 ? s2 : s3;
@@ -1250,15 +1249,13 @@ __device__ __forceinline__ void mq_warp_rows(int n_out, int* r0, int* r1) {
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, MQ_K);                    \
         /* Fixed matrices: the first two items asked for before waiting on the */          \
         /* kernel before; an expert's (ids) only once the router has written ids. */       \
-        if (!ids) {                                                                         \
-            mat[0] = mat_at(W, (u64)z, w_zstride);                                          \
+        auto prefetch = [&](u64 e) {                                                        \
+            mat[0] = mat_at(W, e, w_zstride);                                               \
             pre = mq_prefetch(geo, mat, 1, BS_##T, r0, r1, smem[warp], lane, &sh[0], &sh[1]); \
-        }                                                                                   \
+        };                                                                                  \
+        if (!ids) prefetch((u64)z);                                                         \
         RL_PDL_ENTER();                                                                     \
-        if (ids) {                                                                          \
-            mat[0] = mat_at(W, (u64)ids[z], w_zstride);                                     \
-            pre = mq_prefetch(geo, mat, 1, BS_##T, r0, r1, smem[warp], lane, &sh[0], &sh[1]); \
-        }                                                                                   \
+        if (ids) prefetch((u64)ids[z]);                                                     \
         mq_stage_x(xu, xd, xz, x2z, n_in);                                                  \
         float* yz = y + (u64)z * y_zstride;                                                 \
         mq_stream_##T<1, MQ_K, 1>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp],               \
@@ -1287,6 +1284,7 @@ REDLITE_Q16_TYPES(DEF_MQ1)
         const uint8_t* mat[2];                                                              \
         int sh[2] = {0, 0}, pre = 0;                                                        \
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, MQ_K);                    \
+        /* As mq1_T: fixed matrices asked for before the wait, experts after. */            \
         auto prefetch = [&](u64 e) {                                                        \
             mat[0] = mat_at(W, e, w_zstride);                                               \
             mat[1] = mat[0] + up_off;                                                       \

@@ -345,8 +345,7 @@ __device__ __forceinline__ void q16p_IQ1_M(const uint8_t* blk, int ib, RlQW& w,
                                            const uint8_t* tab) {
     const uint32_t s01 = rl_q16_w32(blk + 48), s23 = rl_q16_w32(blk + 52);
     const uint32_t s0 = s01 & 0xffffu, s1 = s01 >> 16, s2 = s23 & 0xffffu, s3 = s23 >> 16;
-    const float d = rl_q16_h2f((s0 >> 12) | ((s1 >> 8) & 0x00f0u) | ((s2 >> 4) & 0x0f00u) |
-                               (s3 & 0xf000u));
+    const float d = rl_q16_h2f(rl_iq1m_dbits(s0, s1, s2, s3));
     const uint32_t sw = (ib >> 1) == 0 ? s0 : (ib >> 1) == 1 ? s1 : (ib >> 1) == 2 ? s2 : s3;
     const int sh = 6 * (ib & 1);
     w.a0 = d * (float)(2 * ((sw >> sh) & 7) + 1) * 0.125f;

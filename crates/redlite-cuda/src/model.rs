@@ -483,7 +483,8 @@ pub struct CudaModel {
     /// sized for (`REDLITE_CUDA_MQ_FILL`, default `MQ_BLOCKS_PER_SM`).
     mq_fill: usize,
     /// A verify pass's inputs quantized for `mqn` (`q16_quant`): `V_MAX`
-    /// tokens of up to `MV_XS` values, as 80-byte units and f32 scales.
+    /// tokens of up to `MV_XS` values, as 80-byte units and an f32 scale
+    /// per unit.
     q16_units: DevBuf,
     q16_scales: DevBuf,
     _bufs: Vec<DevBuf>,
@@ -966,7 +967,7 @@ impl CudaModel {
             placed: ExpertPlacement::default(),
             tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
             q16: !opts.f32_activations
-                && std::env::var("REDLITE_F32_ACT").ok().as_deref() != Some("1"),
+                && redlite_backend::Activations::from_env() != redlite_backend::Activations::F32,
         };
         let n = w.layers.len();
         let mut layers = Vec::with_capacity(n);
@@ -1059,7 +1060,7 @@ impl CudaModel {
         };
         let scratch = Scratch::new(&gpu, &c, chunk).map_err(merr)?;
         let q16_units = gpu.alloc(V_MAX * (MV_XS / 32) * 80).map_err(merr)?;
-        let q16_scales = gpu.alloc(V_MAX * (MV_XS / 256) * 4).map_err(merr)?;
+        let q16_scales = gpu.alloc(V_MAX * (MV_XS / 32) * 4).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
         let k = Kern {
             norm_rows: fk("norm_rows")?,
@@ -1198,22 +1199,25 @@ impl CudaModel {
     /// Launch the matrix-vector kernel of `k` that suits `a` (see
     /// [`CudaModel::pick`]).
     fn launch_mv(&self, k: MvKernels, a: MvLaunch, exact: bool) -> Result<(), CudaError> {
-        if let Some(mq) = k.mq {
-            if a.n_tok == 1 {
-                return self.launch_mq1(mq.mq1, &a);
-            }
-            if exact && a.ids == 0 && a.x_zstride == 0 && a.n_tok <= V_MAX {
+        let grid = match k.mq {
+            // One token on 16-bit activations: `mq1` takes `mv1`'s arguments
+            // on a grid that fills the device.
+            Some(mq) if a.n_tok == 1 => (mq.mq1, (self.mq_blocks(a.n_out, a.slots), 1)),
+            Some(mq) if exact && a.ids == 0 && a.x_zstride == 0 && a.n_tok <= V_MAX => {
                 return self.launch_mqn(mq.mqn, &a);
             }
-        }
-        let (f, rows, tile) = self.pick(k, a.n_in, a.n_tok, exact);
+            _ => {
+                let (f, rows, tile) = self.pick(k, a.n_in, a.n_tok, exact);
+                (
+                    f,
+                    (a.n_out.div_ceil(rows) as u32, a.n_tok.div_ceil(tile) as u32),
+                )
+            }
+        };
+        let (f, (gx, gy)) = grid;
         self.gpu.launch_f(
             f,
-            (
-                a.n_out.div_ceil(rows) as u32,
-                a.n_tok.div_ceil(tile) as u32,
-                a.slots as u32,
-            ),
+            (gx, gy, a.slots as u32),
             128,
             0,
             &[
@@ -1260,33 +1264,6 @@ impl CudaModel {
     fn mq_blocks(&self, n_out: usize, slots: usize) -> u32 {
         let fill = (self.gpu.sm_count * self.mq_fill).div_ceil(slots.max(1));
         n_out.div_ceil(4).min(fill).max(1) as u32
-    }
-
-    /// One token's product on 16-bit activations (`mq1`, `mv1`'s arguments).
-    fn launch_mq1(&self, f: Func, a: &MvLaunch) -> Result<(), CudaError> {
-        self.gpu.launch_f(
-            f,
-            (self.mq_blocks(a.n_out, a.slots), 1, a.slots as u32),
-            128,
-            0,
-            &[
-                Arg::U(a.w),
-                Arg::U(a.row_bytes as u64),
-                Arg::I(a.n_in as i32),
-                Arg::I(a.n_out as i32),
-                Arg::U(a.x),
-                Arg::I(a.n_in as i32),
-                Arg::U(a.y),
-                Arg::I(a.n_out as i32),
-                Arg::I(1),
-                Arg::U(a.ids),
-                Arg::U(a.w_zstride),
-                Arg::I(a.x_div as i32),
-                Arg::U(a.x_zstride),
-                Arg::U(a.y_zstride),
-                Arg::U(a.x2),
-            ],
-        )
     }
 
     /// A verify pass's product on 16-bit activations: the tokens' inputs

@@ -18,7 +18,7 @@ use redlite_cuda::dequant_src::{dequant_source, dq_block_shape, type_suffix};
 use redlite_gguf::{GgmlType, GgufFile};
 
 mod common;
-use common::random_blocks;
+use common::{gxx_build, have_gxx, random_blocks};
 
 /// Random blocks per type (besides the exhaustive F16 / BF16 sweeps).
 const RANDOM_BLOCKS: usize = 256;
@@ -143,10 +143,6 @@ int main(int argc, char** argv) {
 }
 "#;
 
-fn have_gxx() -> bool {
-    Command::new("g++").arg("--version").output().is_ok()
-}
-
 #[test]
 fn dq8_matches_scalar_dequant_on_host() {
     if !have_gxx() {
@@ -154,34 +150,12 @@ fn dq8_matches_scalar_dequant_on_host() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("dq_host.cpp");
-    let exe = dir.path().join("dq_host");
     let cpp = format!("{}\n{MAIN_CPP}", dequant_source());
-    std::fs::write(&src, &cpp).unwrap();
     // Debugging aid: keep a copy of the C++ program.
     if let Some(p) = std::env::var_os("REDLITE_DQ_DUMP") {
         std::fs::write(p, &cpp).unwrap();
     }
-    let out = Command::new("g++")
-        .args([
-            "-O1",
-            "-std=c++17",
-            "-ffp-contract=off",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-        ])
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "g++ failed on dequant_source():\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = gxx_build(dir.path(), "dq_host", &cpp, "dequant_source()");
 
     let mut jobs = Vec::new();
     for (i, t) in supported_types().into_iter().enumerate() {

@@ -106,14 +106,7 @@ fn matvec_every_type_matches_the_cpu() {
             _ => common::random_blocks(ty, 2 * n_out * blocks_per_row, ty as u64 + 11),
         };
         assert_eq!(w.len(), 2 * n_out * row_bytes);
-        let k = redlite_quant::kernels(ty).expect("cpu kernels");
-        let mut deq = vec![0f32; 2 * n_out * n_in];
-        for r in 0..2 * n_out {
-            (k.dequant)(
-                &w[r * row_bytes..(r + 1) * row_bytes],
-                &mut deq[r * n_in..(r + 1) * n_in],
-            );
-        }
+        let deq = dequant_rows(ty, &w, row_bytes, n_in);
         let n_tok = 5;
         let x: Vec<f32> = (0..n_tok * n_in)
             .map(|i| (i * 104729 % 2001) as f32 / 1000.0 - 1.0)
@@ -419,14 +412,7 @@ fn q16_products_match_the_quantized_reference() {
             let (qk, _) = redlite_cuda::dequant_src::dq_block_shape(ty).expect("shape");
             let w =
                 common::random_blocks(ty, 2 * n_out * (n_in / qk), ty as u64 * 31 + n_in as u64);
-            let k = redlite_quant::kernels(ty).expect("cpu kernels");
-            let mut deq = vec![0f32; 2 * n_out * n_in];
-            for r in 0..2 * n_out {
-                (k.dequant)(
-                    &w[r * row_bytes..(r + 1) * row_bytes],
-                    &mut deq[r * n_in..(r + 1) * n_in],
-                );
-            }
+            let deq = dequant_rows(ty, &w, row_bytes, n_in);
             let n_tok = 16usize;
             // Inputs of varied magnitude per 256 values.
             let x: Vec<f32> = (0..n_tok * n_in)
@@ -467,13 +453,13 @@ fn q16_products_match_the_quantized_reference() {
             let yb = gpu.alloc(n_tok * 2 * n_out * 4).expect("alloc");
             let ids = gpu.upload(&[1i32, 0i32]).expect("upload");
             let label = format!("{sfx} n_in {n_in}");
-            // mq1 over two slots: slot z takes expert ids[z] on token z; one
-            // row per warp (25 blocks) or runs of 9 (3 blocks).
-            let mq1 = |x2p: u64, blocks: u32, y: &mut Vec<f32>| {
+            // mq1 over `slots` slots: slot z takes the input at x + z·n_in and
+            // expert ids[z] (expert z without ids), on `blocks` blocks.
+            let mq1 = |x: u64, x2p: u64, blocks: u32, slots: usize, idp: u64| -> Vec<f32> {
                 gpu.memset0(yb.ptr, yb.bytes).expect("memset");
                 gpu.launch(
                     &format!("mq1_{sfx}"),
-                    (blocks, 1, 2),
+                    (blocks, 1, slots as u32),
                     128,
                     0,
                     &[
@@ -481,12 +467,12 @@ fn q16_products_match_the_quantized_reference() {
                         Arg::U(row_bytes as u64),
                         Arg::I(n_in as i32),
                         Arg::I(n_out as i32),
-                        Arg::U(xb.ptr),
+                        Arg::U(x),
                         Arg::I(n_in as i32),
                         Arg::U(yb.ptr),
                         Arg::I(n_out as i32),
                         Arg::I(1),
-                        Arg::U(ids.ptr),
+                        Arg::U(idp),
                         Arg::U((n_out * row_bytes) as u64),
                         Arg::I(1),
                         Arg::U(n_in as u64),
@@ -495,13 +481,14 @@ fn q16_products_match_the_quantized_reference() {
                     ],
                 )
                 .expect("launch");
-                y.resize(2 * n_out, 0.0);
-                gpu.dtoh(y, yb.ptr).expect("dtoh");
+                let mut y = vec![0f32; slots * n_out];
+                gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+                y
             };
-            let mut y1 = Vec::new();
-            mq1(0, 25, &mut y1);
-            let mut y1b = Vec::new();
-            mq1(0, 3, &mut y1b);
+            // Slot z on token z with expert ids[z]: one row per warp (25
+            // blocks) or runs of 9 (3 blocks).
+            let y1 = mq1(xb.ptr, 0, 25, 2, ids.ptr);
+            let y1b = mq1(xb.ptr, 0, 3, 2, ids.ptr);
             for (i, (a, b)) in y1.iter().zip(&y1b).enumerate() {
                 assert_eq!(
                     a.to_bits(),
@@ -528,8 +515,7 @@ fn q16_products_match_the_quantized_reference() {
                 .map(|(&a, &b)| a / (1.0 + (-a).exp()) * b)
                 .collect();
             let swq = deq_x(&sw);
-            let mut ys = Vec::new();
-            mq1(x2b.ptr, 7, &mut ys);
+            let ys = mq1(xb.ptr, x2b.ptr, 7, 2, ids.ptr);
             for (z, e) in [(0usize, 1usize), (1, 0)] {
                 let s = scale(&swq, z);
                 for o in 0..n_out {
@@ -634,33 +620,7 @@ fn q16_products_match_the_quantized_reference() {
                 }
                 // Token t alone through mq1 (one slot, expert 0 by pointer).
                 for t in [0usize, nt - 1] {
-                    gpu.memset0(yb.ptr, yb.bytes).expect("memset");
-                    gpu.launch(
-                        &format!("mq1_{sfx}"),
-                        (25, 1, 1),
-                        128,
-                        0,
-                        &[
-                            Arg::U(wb.ptr),
-                            Arg::U(row_bytes as u64),
-                            Arg::I(n_in as i32),
-                            Arg::I(n_out as i32),
-                            Arg::U(xb.ptr + (t * n_in * 4) as u64),
-                            Arg::I(n_in as i32),
-                            Arg::U(yb.ptr),
-                            Arg::I(n_out as i32),
-                            Arg::I(1),
-                            Arg::U(0),
-                            Arg::U(0),
-                            Arg::I(1),
-                            Arg::U(0),
-                            Arg::U(0),
-                            Arg::U(0),
-                        ],
-                    )
-                    .expect("launch");
-                    let mut y = vec![0f32; n_out];
-                    gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+                    let y = mq1(xb.ptr + (t * n_in * 4) as u64, 0, 25, 1, 0);
                     for o in 0..n_out {
                         assert_eq!(
                             y[o].to_bits(),
@@ -677,6 +637,21 @@ fn q16_products_match_the_quantized_reference() {
     }
     eprintln!("q16: {checked} type × width cases match the quantized reference");
     assert_eq!(checked, 22);
+}
+
+/// The CPU's dequantization of `w`, rows of `row_bytes` bytes and `n_in`
+/// values each.
+fn dequant_rows(ty: GgmlType, w: &[u8], row_bytes: usize, n_in: usize) -> Vec<f32> {
+    let k = redlite_quant::kernels(ty).expect("cpu kernels");
+    let rows = w.len() / row_bytes;
+    let mut deq = vec![0f32; rows * n_in];
+    for r in 0..rows {
+        (k.dequant)(
+            &w[r * row_bytes..(r + 1) * row_bytes],
+            &mut deq[r * n_in..(r + 1) * n_in],
+        );
+    }
+    deq
 }
 
 /// Slots grouped by expert on the device (`moe_group`): slot q goes to

@@ -22,7 +22,7 @@ use redlite_cuda::dequant_src::{dequant_source, dq_block_shape, q16_suffixes, Q1
 use redlite_gguf::GgmlType;
 
 mod common;
-use common::{q16_quantize, random_blocks};
+use common::{gxx_build, have_gxx, q16_quantize, random_blocks};
 
 const MAIN_CPP: &str = r#"
 #include <stdio.h>
@@ -158,34 +158,13 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 
 #[test]
 fn q16_units_match_f64_reference_on_host() {
-    if Command::new("g++").arg("--version").output().is_err() {
+    if !have_gxx() {
         eprintln!("g++ not found on PATH: skipping the host check of q16.cuh");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("q16_host.cpp");
-    let exe = dir.path().join("q16_host");
-    std::fs::write(&src, format!("{}\n{Q16_CUH}\n{MAIN_CPP}", dequant_source())).unwrap();
-    let out = Command::new("g++")
-        .args([
-            "-O1",
-            "-std=c++17",
-            "-ffp-contract=off",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-        ])
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "g++ failed on q16.cuh:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let cpp = format!("{}\n{Q16_CUH}\n{MAIN_CPP}", dequant_source());
+    let exe = gxx_build(dir.path(), "q16_host", &cpp, "q16.cuh");
 
     struct Job {
         ty: GgmlType,
@@ -322,13 +301,11 @@ fn q16_units_match_f64_reference_on_host() {
 
 #[test]
 fn q16_quantizer_turns_nan_into_a_nan_scale() {
-    if Command::new("g++").arg("--version").output().is_err() {
+    if !have_gxx() {
         eprintln!("g++ not found on PATH: skipping");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("nan.cpp");
-    let exe = dir.path().join("nan");
     let main = r#"
 #include <stdio.h>
 int main() {
@@ -347,18 +324,8 @@ int main() {
     return 0;
 }
 "#;
-    std::fs::write(&src, format!("{}\n{Q16_CUH}\n{main}", dequant_source())).unwrap();
-    let out = Command::new("g++")
-        .args(["-O1", "-std=c++17", "-ffp-contract=off", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let cpp = format!("{}\n{Q16_CUH}\n{main}", dequant_source());
+    let exe = gxx_build(dir.path(), "nan", &cpp, "the quantizer check");
     let run = Command::new(&exe).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&run.stdout).trim(),

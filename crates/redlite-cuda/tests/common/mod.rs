@@ -83,3 +83,42 @@ pub fn q16_quantize(x: &[f32]) -> (Vec<f32>, Vec<i32>) {
     }
     (d, q)
 }
+
+/// Whether g++ is on PATH (the host checks of the kernel headers skip
+/// without it).
+pub fn have_gxx() -> bool {
+    std::process::Command::new("g++")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+/// `cpp` built by g++ as the host checks build the kernel headers (C++17, no
+/// FMA contraction, every warning an error) into `dir/name`; panics with
+/// g++'s output, naming `what`, when it fails.
+pub fn gxx_build(dir: &std::path::Path, name: &str, cpp: &str, what: &str) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.cpp"));
+    let exe = dir.join(name);
+    std::fs::write(&src, cpp).unwrap();
+    let out = std::process::Command::new("g++")
+        .args([
+            "-O1",
+            "-std=c++17",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+        ])
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "g++ failed on {what}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
