@@ -136,6 +136,43 @@ fn reset_cache_stats(model: &Model) {
     }
 }
 
+/// The `redlite_expert_prefetch_*` fields of a decode test on a device that
+/// prefetches experts held outside its memory.
+fn prefetch_json(p: &redlite_model::PrefetchStats) -> serde_json::Map<String, Value> {
+    let v = json!({
+        "redlite_expert_prefetch_chosen": p.chosen,
+        "redlite_expert_prefetch_predicted": p.predicted,
+        "redlite_expert_prefetch_accuracy": p.accuracy(),
+        "redlite_expert_prefetch_outside": p.outside,
+        "redlite_expert_prefetch_outside_copied_ahead": p.outside_predicted,
+        "redlite_expert_prefetch_outside_hit_rate": p.outside_hit_rate(),
+        "redlite_expert_prefetch_copies": p.copied,
+        "redlite_expert_prefetch_bytes_copied": p.copied * p.expert_bytes,
+        "redlite_expert_prefetch_bytes_read_on_use": p.outside.saturating_sub(p.outside_predicted) * p.expert_bytes,
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// One line on the decode prefetch of a test.
+fn prefetch_line(p: &redlite_model::PrefetchStats, n: usize) -> String {
+    format!(
+        "expert prefetch tg{n}: {:.1}% of the chosen experts predicted; of the {} chosen in host \
+         memory, {} ({:.1}%) copied in ahead and {} read over the bus when used; {} copies \
+         ({:.1} MB), {:.1} MB read on use",
+        100.0 * p.accuracy(),
+        p.outside,
+        p.outside_predicted,
+        100.0 * p.outside_hit_rate(),
+        p.outside.saturating_sub(p.outside_predicted),
+        p.copied,
+        (p.copied * p.expert_bytes) as f64 / 1e6,
+        (p.outside.saturating_sub(p.outside_predicted) * p.expert_bytes) as f64 / 1e6
+    )
+}
+
 /// The `redlite_expert_cache_*` fields of a test: settings, totals over the
 /// test's runs, and per-layer counters.
 fn cache_json(c: &redlite_model::ExpertCacheStats) -> serde_json::Map<String, Value> {
@@ -390,6 +427,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     let mut pp = None;
     let (mut pp_cache, mut tg_cache) = (None, None);
+    let mut tg_prefetch = None;
     if let Some(d) = model.device() {
         d.profile(); // drop what the warm-up timed
     }
@@ -417,6 +455,9 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("tg{}", args.gen_tokens));
         let mut ns = Vec::new();
         reset_cache_stats(model);
+        if let Some(d) = model.device() {
+            d.prefetch_stats(true);
+        }
         for _ in 0..args.repeat {
             let mut st = start.snapshot();
             let t = Instant::now();
@@ -426,6 +467,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         tg = Some(Stats::new(ns, args.gen_tokens));
         tg_cache = model.expert_cache_stats();
+        tg_prefetch = model.device().and_then(|d| d.prefetch_stats(true));
         print_profile(model, "decode step", (args.repeat * args.gen_tokens) as f64);
     }
     bar.finish_and_clear();
@@ -511,12 +553,13 @@ pub fn run(args: Args) -> Result<()> {
         ));
     }
     if let Some(s) = &tg {
-        tests.push((
-            "tg",
-            args.gen_tokens,
-            s,
-            test(s, 0, args.gen_tokens, &tg_cache),
-        ));
+        tests.push(("tg", args.gen_tokens, s, {
+            let mut v = test(s, 0, args.gen_tokens, &tg_cache);
+            if let (Some(obj), Some(p)) = (v.as_object_mut(), &tg_prefetch) {
+                obj.extend(prefetch_json(p));
+            }
+            v
+        }));
     }
     let plain_gen = spec.first().map(|r| r.stats.median_ts());
     for r in &spec {
@@ -598,6 +641,9 @@ pub fn run(args: Args) -> Result<()> {
             r.drafted,
             r.accepted
         ));
+    }
+    if let Some(p) = &tg_prefetch {
+        lines.push(prefetch_line(p, args.gen_tokens));
     }
     for (kind, n, cache) in [
         ("pp", args.prompt_tokens, &pp_cache),

@@ -54,18 +54,20 @@ pub struct LoadArgs {
     pub direct_io: bool,
     /// Do not prefetch: by default, with --expert-cache, each decode step applies the next
     /// layer's router to the current layer's input and reads the experts it predicts in
-    /// the background while the layer computes (outputs are unchanged).
+    /// the background while the layer computes (outputs are unchanged). On CUDA with experts
+    /// in host memory, the predicted ones are copied into GPU memory on a second stream.
     #[arg(long, help_heading = "Loading")]
     pub no_expert_prefetch: bool,
     /// With --expert-cache: how many of the next layer's predicted experts to read ahead,
     /// the most likely first (default: 60% of the experts per token, 6 of 10: measured
-    /// faster than all ten, whose extra guesses are wrong more often than right; 0 is
-    /// --no-expert-prefetch).
+    /// faster than all ten, whose extra guesses are wrong more often than right; on CUDA,
+    /// with experts in host memory: 80%, 8 of 10; 0 is --no-expert-prefetch).
     #[arg(long, value_name = "N", help_heading = "Loading")]
     pub expert_prefetch_top: Option<usize>,
     /// Where the forward pass runs: `cpu`, `cuda` (device 0), `cuda:N`, or `auto` (the
     /// default: the first CUDA device when one can be used, else the CPU). On CUDA the
-    /// weights are uploaded in their stored format and activations are f32; the kernels
+    /// weights are uploaded in their stored format, one-token and verify products take 16-bit
+    /// integer activations (f32 with --f32-activations) and the rest f32; the kernels
     /// are compiled by NVRTC at first use and cached (REDLITE_CUDA_CACHE).
     #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device, help_heading = "Kernels")]
     pub device: Device,
@@ -311,6 +313,8 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             // `auto`: what does not fit in GPU memory goes to pinned host RAM.
             fit: args.expert_cache == CacheBudget::Auto,
             f32_activations: args.f32_activations,
+            no_expert_prefetch: args.no_expert_prefetch,
+            expert_prefetch_top: args.expert_prefetch_top,
         };
         let r = redlite_cuda::attach_with(&mut model, n, opts, &mut |done, total| {
             layers.set_length(total as u64);

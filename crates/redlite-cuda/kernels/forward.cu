@@ -2407,6 +2407,120 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
 }
 
 // ---------------------------------------------------------------------------
+// Expert prefetch (routed experts placed apart, one-token decode). Layer M's
+// experts are predicted by its router applied to x ⊙ w (x: the input of layer
+// M - 1, w: layer M's MoE input norm; the norm's positive scale does not change
+// the top k), and the predicted ones held in pinned host memory are copied into
+// a device staging area on a side stream while layer M - 1 computes. Layer M's
+// expert tables point at the copies until the list is restored (by the next
+// prefetch into the same staging area, or xp_restore at the end of the step),
+// so every other pass sees the tables as uploaded. The copies are the same
+// bytes: outputs do not change.
+//
+// A prefetch list (XP_WORDS words): [0] redirected entries, [1..4) the layer's
+// gate / up / down tables, [XP_K] predicted ids, [XP_TOP] of them copied (the
+// most likely first), [XP_IDS ..) the predicted ids,
+// from XP_RED per redirected entry (expert, its gate, up and down addresses).
+#define XP_K 4
+#define XP_TOP 5
+#define XP_IDS 8
+#define XP_RED 40
+#define XP_WORDS (XP_RED + 4 * 32)
+__device__ void xp_restore_list(u64* pl) {
+    const int n = (int)pl[0];
+    u64* tg = (u64*)pl[1];
+    u64* tu = (u64*)pl[2];
+    u64* td = (u64*)pl[3];
+    for (int i = 0; i < n; i++) {
+        const u64* r = pl + XP_RED + 4 * i;
+        tg[r[0]] = r[1];
+        tu[r[0]] = r[2];
+        td[r[0]] = r[3];
+    }
+    pl[0] = 0;
+}
+
+// Restore n lists (XP_WORDS apart) at pl; one thread.
+extern "C" __global__ void xp_restore(u64* pl, int n) {
+    RL_PDL_ENTER();
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        for (int i = 0; i < n; i++) xp_restore_list(pl + (u64)i * XP_WORDS);
+}
+
+#ifndef XP_U
+#define XP_U 8
+#endif
+// Copy the first top of the k predicted experts (pred, most likely first)
+// that lie in pinned host memory (id >= vram; expert e's record at host +
+// (e - vram)·rec) into staging slot j
+// (stage + j·rec) and point the tables at them; grid (blocks per expert, k).
+// Block (0, 0) first restores the list the staging area served before.
+// stats[4] += experts copied.
+extern "C" __global__ void __launch_bounds__(256)
+xp_fetch(const int* __restrict__ pred, int k, int top, int vram, const uint8_t* __restrict__ host,
+         u64 rec, uint8_t* __restrict__ stage, u64* __restrict__ pl, u64* tg, u64* tu, u64* td,
+         u64 off_u, u64 off_d, unsigned long long* __restrict__ stats) {
+    const int j = blockIdx.y;
+    if (blockIdx.x == 0 && j == 0 && threadIdx.x == 0) {
+        xp_restore_list(pl);
+        int n = 0;
+        for (int i = 0; i < k; i++) {
+            const int e = pred[i];
+            pl[XP_IDS + i] = (u64)e;
+            if (e < vram || i >= top) continue;
+            u64* r = pl + XP_RED + 4 * n;
+            r[0] = (u64)e;
+            r[1] = tg[e];
+            r[2] = tu[e];
+            r[3] = td[e];
+            const u64 s = (u64)(stage + (u64)i * rec);
+            tg[e] = s;
+            tu[e] = s + off_u;
+            td[e] = s + off_d;
+            n++;
+        }
+        pl[0] = (u64)n;
+        pl[1] = (u64)tg;
+        pl[2] = (u64)tu;
+        pl[3] = (u64)td;
+        pl[XP_K] = (u64)k;
+        pl[XP_TOP] = (u64)top;
+        if (stats) atomicAdd(stats + 4, (unsigned long long)n);
+    }
+    const int e = pred[j];
+    if (e < vram || j >= top) return;
+    const uint4* src = (const uint4*)(host + (u64)(e - vram) * rec);
+    uint4* dst = (uint4*)(stage + (u64)j * rec);
+    const u64 n16 = rec / 16;
+    const u64 per = (n16 + gridDim.x - 1) / gridDim.x;
+    const u64 a = (u64)blockIdx.x * per, b = min(n16, a + per);
+    for (u64 base = a + threadIdx.x; base < b; base += (u64)XP_U * blockDim.x) {
+        uint4 v[XP_U];
+#pragma unroll
+        for (int u = 0; u < XP_U; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < b) v[u] = src[i];
+        }
+#pragma unroll
+        for (int u = 0; u < XP_U; u++) {
+            const u64 i = base + (u64)u * blockDim.x;
+            if (i < b) dst[i] = v[u];
+        }
+    }
+}
+
+// out_z = x ⊙ w_z for the z-th of two weights (the prediction inputs of
+// layers 0 and 1, from the embeddings); one block per z.
+extern "C" __global__ void xp_scale(const float* __restrict__ x, const float* __restrict__ w0,
+                                    const float* __restrict__ w1, float* __restrict__ o0,
+                                    float* __restrict__ o1, int d) {
+    RL_PDL_ENTER();
+    const float* w = blockIdx.x ? w1 : w0;
+    float* o = blockIdx.x ? o1 : o0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = x[i] * w[i];
+}
+
+// ---------------------------------------------------------------------------
 // MoE.
 
 extern "C" __global__ void moe_topk(const float* __restrict__ logits, int ne, int k,
@@ -2447,14 +2561,40 @@ extern "C" __global__ void moe_group(const int* __restrict__ ids, int n, int ne,
 // sigmoid(h[t]·sh_inp)·sh[t]; then (w non-null) the next layer's input norm
 // out[t] = rmsnorm(x[t])·w. out may be h (each block reads its row of h
 // before the first barrier and writes it after the last).
+//
+// With expert prefetch (decode, pw non-null): pout = x ⊙ pw as well (the
+// prediction input of layer + 2, whose input norm is pw; see xp_fetch), and
+// (stats non-null) how this layer's chosen experts (ids) compare with its
+// prediction (list pl): stats[0] += chosen, [1] += chosen and predicted,
+// [2] += chosen from pinned host memory (id >= vram), [3] += those copied
+// ahead (predicted among the first top).
 extern "C" __global__ void moe_combine_norm(float* __restrict__ x, const float* __restrict__ down,
                                             const float* __restrict__ wts, int k,
                                             const float* __restrict__ sh, const float* h,
                                             const float* __restrict__ sh_inp, int d,
                                             const float* __restrict__ w, float* out,
-                                            float eps) {
+                                            float eps, const float* __restrict__ pw,
+                                            float* __restrict__ pout,
+                                            const int* __restrict__ ids,
+                                            const u64* __restrict__ pl,
+                                            unsigned long long* __restrict__ stats, int vram) {
     RL_PDL_ENTER();
     int t = blockIdx.x;
+    if (stats && t == 0 && threadIdx.x == 0) {
+        const int np = (int)pl[XP_K], top = (int)pl[XP_TOP];
+        unsigned long long c[4] = {0, 0, 0, 0};
+        for (int r = 0; r < k; r++) {
+            const int e = ids[r];
+            int at = np;
+            for (int j = 0; j < np; j++)
+                if ((int)pl[XP_IDS + j] == e) at = j;
+            c[0] += 1;
+            c[1] += at < np;
+            c[2] += e >= vram;
+            c[3] += at < top && e >= vram;
+        }
+        for (int j = 0; j < 4; j++) atomicAdd(stats + j, c[j]);
+    }
     float gl = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) gl += h[(u64)t * d + i] * sh_inp[i];
     gl = block_sum_f(gl);
@@ -2466,6 +2606,7 @@ extern "C" __global__ void moe_combine_norm(float* __restrict__ x, const float* 
         for (int r = 0; r < k; r++) y += wts[t * k + r] * down[((u64)t * k + r) * d + i];
         float v = xt[i] + (y + gate * sh[(u64)t * d + i]);
         xt[i] = v;
+        if (pw) pout[(u64)t * d + i] = v * pw[i];
         ss += (double)v * (double)v;
     }
     if (!w) return;

@@ -213,6 +213,12 @@ pub struct Gpu {
     /// each kernel may start while the one before it finishes, and waits
     /// for it inside (`RL_PDL_WAIT` in forward.cu).
     pdl: std::sync::atomic::AtomicBool,
+    /// A second stream for work that runs beside the main one (the expert
+    /// prefetch of a decode step), forked from and joined back to it by the
+    /// two events below (which a graph capture turns into edges).
+    side: [sys::CUstream; 2],
+    ev_fork: sys::CUevent,
+    ev_join: sys::CUevent,
 }
 
 // SAFETY: the stream, module and functions are driver handles usable from any
@@ -259,6 +265,34 @@ impl Gpu {
                 s.assume_init()
             }
         };
+        let side_stream = || -> Result<sys::CUstream, CudaError> {
+            let mut s = std::mem::MaybeUninit::uninit();
+            // SAFETY: creates a stream in the bound context.
+            unsafe {
+                sys::cuStreamCreate(
+                    s.as_mut_ptr(),
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                )
+                .result()
+                .map_err(drv("creating a side stream"))?;
+                Ok(s.assume_init())
+            }
+        };
+        let side = [side_stream()?, side_stream()?];
+        let event = || -> Result<sys::CUevent, CudaError> {
+            let mut e = std::mem::MaybeUninit::uninit();
+            // SAFETY: creates an event in the bound context.
+            unsafe {
+                sys::cuEventCreate(
+                    e.as_mut_ptr(),
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                )
+                .result()
+                .map_err(drv("creating an event"))?;
+                Ok(e.assume_init())
+            }
+        };
+        let (ev_fork, ev_join) = (event()?, event()?);
         let image = compile_cached(source, cc)?;
         ctx.bind_to_thread().map_err(drv("binding the context"))?;
         // SAFETY: `image` is a NUL-terminated PTX or a cubin for this device.
@@ -295,7 +329,75 @@ impl Gpu {
                 _ => 1,
             },
             pdl: std::sync::atomic::AtomicBool::new(false),
+            side,
+            ev_fork,
+            ev_join,
         })
+    }
+
+    /// Let side stream `p` (0 or 1) start the work queued on it from now on
+    /// once everything queued on the main stream so far is done.
+    pub fn fork_side(&self, p: usize) -> Result<(), CudaError> {
+        let side = self.side[p & 1];
+        // SAFETY: both streams and the event belong to this context; an
+        // event may be recorded again once waited on (the wait takes the
+        // work recorded at the time of the wait call).
+        unsafe {
+            sys::cuEventRecord(self.ev_fork, self.stream)
+                .result()
+                .map_err(drv("recording the fork event"))?;
+            sys::cuStreamWaitEvent(side, self.ev_fork, 0)
+                .result()
+                .map_err(drv("forking the side stream"))
+        }
+    }
+
+    /// Make the main stream wait for everything queued on side stream `p`
+    /// so far.
+    pub fn join_side(&self, p: usize) -> Result<(), CudaError> {
+        // SAFETY: as in `fork_side`.
+        unsafe {
+            sys::cuEventRecord(self.ev_join, self.side[p & 1])
+                .result()
+                .map_err(drv("recording the join event"))?;
+            sys::cuStreamWaitEvent(self.stream, self.ev_join, 0)
+                .result()
+                .map_err(drv("joining the side stream"))
+        }
+    }
+
+    /// Queue kernel `f` on side stream `p` (no programmatic dependent
+    /// launch, not timed by the profiler).
+    pub fn launch_side(
+        &self,
+        p: usize,
+        func: Func,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        let mut slots = [0u64; 32];
+        if args.len() > slots.len() {
+            return Err(CudaError::Driver(format!(
+                "{}: too many arguments",
+                func.name
+            )));
+        }
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); 32];
+        arg_slots(args, &mut slots, &mut ptrs);
+        // SAFETY: as for the plain launch in `launch_f`.
+        unsafe {
+            result::launch_kernel(
+                func.f,
+                grid,
+                (block, 1, 1),
+                smem,
+                self.side[p & 1],
+                &mut ptrs[..args.len()],
+            )
+            .map_err(|e| CudaError::Driver(format!("launching {}: {e:?}", func.name)))
+        }
     }
 
     /// Let kernel `f` be launched with up to `bytes` of dynamic shared
@@ -607,20 +709,10 @@ impl Gpu {
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!("{name}: too many arguments")));
         }
-        for (s, a) in slots.iter_mut().zip(args) {
-            *s = match *a {
-                Arg::U(v) => v,
-                Arg::I(v) => v as u32 as u64,
-                Arg::F(v) => v.to_bits() as u64,
-                Arg::D(v) => v.to_bits(),
-            };
-        }
         // The argument pointers, on the stack like the slots (no allocation
         // per launch).
         let mut ptrs = [std::ptr::null_mut::<c_void>(); 32];
-        for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
-            *p = s as *mut u64 as *mut c_void;
-        }
+        arg_slots(args, &mut slots, &mut ptrs);
         if self.pdl.load(std::sync::atomic::Ordering::Relaxed) {
             // SAFETY: a zeroed launch attribute is a valid plain C struct; the
             // id and value set below are the programmatic-serialization pair.
@@ -671,6 +763,22 @@ impl Gpu {
             }
         }
         Ok(())
+    }
+}
+
+/// Each argument in the low bytes of its 8-byte slot (little-endian), and
+/// the pointers to the slots, as the driver's launch takes them.
+fn arg_slots(args: &[Arg], slots: &mut [u64; 32], ptrs: &mut [*mut c_void; 32]) {
+    for (s, a) in slots.iter_mut().zip(args) {
+        *s = match *a {
+            Arg::U(v) => v,
+            Arg::I(v) => v as u32 as u64,
+            Arg::F(v) => v.to_bits() as u64,
+            Arg::D(v) => v.to_bits(),
+        };
+    }
+    for (p, s) in ptrs.iter_mut().zip(slots.iter_mut()) {
+        *p = s as *mut u64 as *mut c_void;
     }
 }
 

@@ -183,6 +183,13 @@ pub struct CudaOptions {
     /// the 16-bit integer activations the one-token and verify products
     /// take by default (also `REDLITE_F32_ACT=1`).
     pub f32_activations: bool,
+    /// With experts placed apart: no decode prefetch of the predicted
+    /// experts held in host memory (they are then read over the bus by the
+    /// products that use them).
+    pub no_expert_prefetch: bool,
+    /// How many of each layer's predicted experts the prefetch copies, the
+    /// most likely first (`None`: four fifths of the experts per token).
+    pub expert_prefetch_top: Option<usize>,
 }
 
 /// Device memory kept free for the scratch buffers, a verify trail and the
@@ -311,6 +318,80 @@ struct DLayer {
     sh_up: DMat,
     sh_down: DMat,
     sh_inp: u64,
+    /// Where this layer's routed experts lie when placed apart (for the
+    /// decode prefetch).
+    xp: Option<XpLayer>,
+}
+
+/// A layer's routed experts placed apart, as `xp_fetch` takes them: experts
+/// `vram..` at `host + (e - vram)·rec` in pinned host memory, the gate, up
+/// and down tables, and where up and down lie in a record.
+#[derive(Clone, Copy)]
+struct XpLayer {
+    host: u64,
+    vram: usize,
+    rec: u64,
+    tables: [u64; 3],
+    off_u: u64,
+    off_d: u64,
+}
+
+/// Words of one prefetch list (`XP_WORDS` in `forward.cu`).
+const XP_WORDS: usize = 40 + 4 * 32;
+
+/// The decode prefetch's buffers: per parity of the predicted layer, a
+/// staging area of `k` expert records, a prefetch list, the prediction
+/// input, the router's logits, ids, weights and block counter; and the
+/// counters the kernels keep (`PrefetchStats`).
+struct XpBufs {
+    stage: [DevBuf; 2],
+    lists: DevBuf,
+    snap: DevBuf,
+    logits: DevBuf,
+    ids: DevBuf,
+    wts: DevBuf,
+    done: DevBuf,
+    stats: DevBuf,
+    /// Blocks per expert of `xp_fetch` (`REDLITE_CUDA_XP_BLOCKS`).
+    blocks: u32,
+    /// Predicted experts copied per layer, the most likely first.
+    top: usize,
+    /// The prefetch on the main stream instead of beside it
+    /// (`REDLITE_CUDA_XP_INLINE=1`, for comparison).
+    inline: bool,
+    /// The shared expert before the routed ones (`REDLITE_CUDA_XP_SHARED_FIRST`,
+    /// default on).
+    shared_first: bool,
+}
+
+impl XpBufs {
+    fn new(g: &Gpu, c: &Config, rec: usize, top: Option<usize>) -> Result<XpBufs, CudaError> {
+        let k = c.n_expert_used;
+        // Default: the most likely four fifths (8 of 10; H200, 25% of the
+        // experts in device memory: 95.0 tok/s against 92.7 with all ten).
+        let top = top.unwrap_or((4 * k).div_ceil(5)).min(k);
+        Ok(XpBufs {
+            stage: [g.alloc(k * rec + 64)?, g.alloc(k * rec + 64)?],
+            lists: g.zeros(2 * XP_WORDS * 8)?,
+            snap: g.zeros(2 * c.n_embd * 4)?,
+            logits: g.zeros(2 * c.n_expert * 4)?,
+            ids: g.zeros(2 * k * 4)?,
+            wts: g.zeros(2 * k * 4)?,
+            done: g.zeros(2 * 16)?,
+            stats: g.zeros(8 * 8)?,
+            blocks: std::env::var("REDLITE_CUDA_XP_BLOCKS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &u32| (1..=1024).contains(&n))
+                // Two blocks per expert (H200: 1 85.9, 2 92.7, 4 91.0, 8 83.8
+                // tok/s): more blocks take the bus from the reads of the
+                // experts that were not predicted.
+                .unwrap_or(2),
+            top,
+            inline: std::env::var_os("REDLITE_CUDA_XP_INLINE").is_some_and(|v| v == "1"),
+            shared_first: std::env::var_os("REDLITE_CUDA_XP_SHARED_FIRST").is_none_or(|v| v != "0"),
+        })
+    }
 }
 
 /// Activation buffers for one pass of up to `Scratch::t` tokens (logits for
@@ -384,6 +465,9 @@ struct Kern {
     fill_normal: Func,
     q16_quant: Func,
     getrows_embd: Func,
+    xp_fetch: Func,
+    xp_restore: Func,
+    xp_scale: Func,
 }
 
 /// The arguments of one matrix-vector launch (`DEF_MATVEC` in
@@ -477,6 +561,9 @@ pub struct CudaModel {
     wide_slots: usize,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
+    /// The decode prefetch of predicted experts held in host memory (placed
+    /// apart, `CudaOptions::expert_prefetch`).
+    xp: Option<XpBufs>,
     /// Whether any product runs on 16-bit activations.
     q16: bool,
     /// Blocks per multiprocessor the streaming integer kernels' grids are
@@ -509,6 +596,9 @@ pub fn kernel_names() -> Vec<String> {
         "moe_group",
         "moe_combine_norm",
         "router_f32",
+        "xp_fetch",
+        "xp_restore",
+        "xp_scale",
         "fill_normal",
         "q16_quant",
     ]
@@ -799,7 +889,7 @@ impl Uploader<'_> {
         names: [&str; 3],
         n_expert: usize,
         vram: usize,
-    ) -> Result<[DExperts; 3], ModelError> {
+    ) -> Result<([DExperts; 3], XpLayer), ModelError> {
         let vram = vram.min(n_expert);
         let (offs, sizes, rec) = expert_record(xs);
         let datas: Vec<&[u8]> = xs
@@ -849,11 +939,21 @@ impl Uploader<'_> {
             }
         };
         let mut out = Vec::with_capacity(3);
+        let mut tables = [0u64; 3];
         for (i, x) in xs.iter().enumerate() {
             let table: Vec<u64> = (0..n_expert).map(|e| rec_at(e) + offs[i] as u64).collect();
             let tb = self.keep(&table)?;
+            tables[i] = tb;
             out.push(self.expert_stack(x, names[i], tb, RL_TABLE, offs[i] as u64)?);
         }
+        let xp = XpLayer {
+            host: host.dev,
+            vram,
+            rec: rec as u64,
+            tables,
+            off_u: offs[1] as u64,
+            off_d: offs[2] as u64,
+        };
         self.placed.vram = vram;
         self.placed.vram_bytes += dev.bytes;
         self.placed.host_bytes += host.bytes;
@@ -862,7 +962,7 @@ impl Uploader<'_> {
         self.hosts.push(host);
         let mut it = out.into_iter();
         match (it.next(), it.next(), it.next()) {
-            (Some(g), Some(u), Some(d)) => Ok([g, u, d]),
+            (Some(g), Some(u), Some(d)) => Ok(([g, u, d], xp)),
             _ => unreachable!("three matrices were placed"),
         }
     }
@@ -950,7 +1050,21 @@ impl CudaModel {
             (Some(budget), Some(l0)) => {
                 let m = &l0.moe;
                 let rec = expert_record([&m.gate, &m.up, &m.down]).2.max(1) as u64;
-                let per_layer = budget / (w.layers.len().max(1) as u64);
+                // The prefetch's two staging areas of k records (of the
+                // largest layer's size: types may differ by layer) come out
+                // of the budget.
+                let rec_max = w
+                    .layers
+                    .iter()
+                    .map(|l| expert_record([&l.moe.gate, &l.moe.up, &l.moe.down]).2 as u64)
+                    .max()
+                    .unwrap_or(rec);
+                let stage = if opts.no_expert_prefetch {
+                    0
+                } else {
+                    2 * c.n_expert_used as u64 * rec_max
+                };
+                let per_layer = budget.saturating_sub(stage) / (w.layers.len().max(1) as u64);
                 let n = (per_layer / rec) as usize;
                 (n < c.n_expert).then_some(n)
             }
@@ -1007,22 +1121,27 @@ impl CudaModel {
                 },
             };
             let m = &l.moe;
-            let [gate, upx, down] = match up.place {
-                Some(vram) => up.placed_experts(
-                    [&m.gate, &m.up, &m.down],
+            let ([gate, upx, down], xp) = match up.place {
+                Some(vram) => up
+                    .placed_experts(
+                        [&m.gate, &m.up, &m.down],
+                        [
+                            &nm("ffn_gate_exps"),
+                            &nm("ffn_up_exps"),
+                            &nm("ffn_down_exps"),
+                        ],
+                        c.n_expert,
+                        vram,
+                    )
+                    .map(|(x, p)| (x, Some(p)))?,
+                None => (
                     [
-                        &nm("ffn_gate_exps"),
-                        &nm("ffn_up_exps"),
-                        &nm("ffn_down_exps"),
+                        up.experts(&m.gate, &nm("ffn_gate_exps"))?,
+                        up.experts(&m.up, &nm("ffn_up_exps"))?,
+                        up.experts(&m.down, &nm("ffn_down_exps"))?,
                     ],
-                    c.n_expert,
-                    vram,
-                )?,
-                None => [
-                    up.experts(&m.gate, &nm("ffn_gate_exps"))?,
-                    up.experts(&m.up, &nm("ffn_up_exps"))?,
-                    up.experts(&m.down, &nm("ffn_down_exps"))?,
-                ],
+                    None,
+                ),
             };
             layers.push(DLayer {
                 attn_norm: up.vec(&l.attn_norm)?,
@@ -1036,6 +1155,7 @@ impl CudaModel {
                 sh_up: up.mat(&m.sh_up, &nm("ffn_up_shexp"))?,
                 sh_down: up.mat(&m.sh_down, &nm("ffn_down_shexp"))?,
                 sh_inp: up.vec(&m.sh_inp)?,
+                xp,
             });
             progress(il + 1, n);
         }
@@ -1084,6 +1204,9 @@ impl CudaModel {
                 "getrows_{}",
                 suffix(w.token_embd.ty, "token_embd")?
             ))?,
+            xp_fetch: fk("xp_fetch")?,
+            xp_restore: fk("xp_restore")?,
+            xp_scale: fk("xp_scale")?,
         };
         let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
         let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
@@ -1091,6 +1214,24 @@ impl CudaModel {
         let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
         let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
+        // The decode prefetch: experts placed apart, and a router the fused
+        // router kernels take (they predict as they route).
+        let routable = |r: &DMat| {
+            (router_f32 && r.ty == GgmlType::F32 && r.n_in.is_multiple_of(256) && r.n_in <= 2048)
+                || r.n_in <= MV_XS
+        };
+        // Staging slots of the largest layer's record (types may differ by layer).
+        let rec_max = layers.iter().filter_map(|l| l.xp).map(|x| x.rec).max();
+        let xp = match rec_max {
+            Some(rec)
+                if !opts.no_expert_prefetch
+                    && fuse_router
+                    && layers.iter().all(|l| l.xp.is_some() && routable(&l.router)) =>
+            {
+                Some(XpBufs::new(&gpu, &c, rec as usize, opts.expert_prefetch_top).map_err(merr)?)
+            }
+            _ => None,
+        };
         Ok(CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -1116,6 +1257,7 @@ impl CudaModel {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(24),
             placement,
+            xp,
             q16,
             mq_fill: std::env::var("REDLITE_CUDA_MQ_FILL")
                 .ok()
@@ -1480,6 +1622,89 @@ impl CudaModel {
     }
 
     /// RMS (mode 0) or L2 (mode 1) norm over `rows` rows (see `norm_rows`).
+    /// The router and its top-k as one launch (`router_f32`: the matrix
+    /// read at once, a row per warp; else `router_<T>`), with the rows each
+    /// block takes; `None` where neither takes `r` (or `REDLITE_CUDA_FUSE_ROUTER=0`).
+    fn fused_router(&self, r: &DMat) -> Option<(Func, usize)> {
+        let direct = self.router_f32
+            && r.ty == GgmlType::F32
+            && r.n_in.is_multiple_of(256)
+            && r.n_in <= 2048;
+        if !self.fuse_router {
+            None
+        } else if direct {
+            Some((self.k.router_f32, 4))
+        } else if r.n_in <= MV_XS {
+            Some((r.kern.router, 4 * MV1_R))
+        } else {
+            None
+        }
+    }
+
+    /// Layer `m`'s expert prefetch on side stream `m % 2`, after the work
+    /// queued on the main stream so far: its router on the prediction input
+    /// (`xp.snap`), then `xp_fetch`. The caller joins the side stream before
+    /// the layer's routed experts.
+    fn prefetch(&self, xp: &XpBufs, m: usize) -> Result<(), CudaError> {
+        let l = &self.layers[m];
+        let (Some(x), Some((f, rows))) = (l.xp, self.fused_router(&l.router)) else {
+            return Ok(());
+        };
+        let (ne, kk, d) = (self.c.n_expert, self.c.n_expert_used, self.c.n_embd);
+        let p = m % 2;
+        let g = &self.gpu;
+        let r = &l.router;
+        let ids = xp.ids.ptr + (p * kk * 4) as u64;
+        let launch = |f: Func, grid: (u32, u32, u32), block: u32, args: &[Arg]| {
+            if xp.inline {
+                g.launch_f(f, grid, block, 0, args)
+            } else {
+                g.launch_side(p, f, grid, block, 0, args)
+            }
+        };
+        if !xp.inline {
+            g.fork_side(p)?;
+        }
+        launch(
+            f,
+            (r.n_out.div_ceil(rows) as u32, 1, 1),
+            128,
+            &[
+                Arg::U(r.ptr),
+                Arg::U(r.row_bytes as u64),
+                Arg::I(r.n_in as i32),
+                Arg::I(ne as i32),
+                Arg::U(xp.snap.ptr + (p * d * 4) as u64),
+                Arg::U(xp.logits.ptr + (p * ne * 4) as u64),
+                Arg::I(kk as i32),
+                Arg::U(ids),
+                Arg::U(xp.wts.ptr + (p * kk * 4) as u64),
+                Arg::U(xp.done.ptr + (p * 16) as u64),
+            ],
+        )?;
+        launch(
+            self.k.xp_fetch,
+            (xp.blocks, kk as u32, 1),
+            256,
+            &[
+                Arg::U(ids),
+                Arg::I(kk as i32),
+                Arg::I(xp.top as i32),
+                Arg::I(x.vram as i32),
+                Arg::U(x.host),
+                Arg::U(x.rec),
+                Arg::U(xp.stage[p].ptr),
+                Arg::U(xp.lists.ptr + (p * XP_WORDS * 8) as u64),
+                Arg::U(x.tables[0]),
+                Arg::U(x.tables[1]),
+                Arg::U(x.tables[2]),
+                Arg::U(x.off_u),
+                Arg::U(x.off_d),
+                Arg::U(xp.stats.ptr),
+            ],
+        )
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn norm(
         &self,
@@ -1604,6 +1829,31 @@ impl CudaModel {
                 Arg::U(s.x.ptr),
             ],
         )?;
+        // The expert prefetch (one-token decode with experts placed apart):
+        // layers 0 and 1 predicted from the embeddings, layer m > 1 from
+        // layer m - 1's input (written by layer m - 2's MoE combine).
+        let xp = self.xp.as_ref().filter(|_| t == 1 && !exact);
+        let nl = self.layers.len();
+        if let Some(xp) = xp {
+            let w1 = self.layers.get(1).unwrap_or(&self.layers[0]).post_norm;
+            g.launch_f(
+                k.xp_scale,
+                (2, 1, 1),
+                256,
+                0,
+                &[
+                    Arg::U(s.x.ptr),
+                    Arg::U(self.layers[0].post_norm),
+                    Arg::U(w1),
+                    Arg::U(xp.snap.ptr),
+                    Arg::U(xp.snap.ptr + (d * 4) as u64),
+                    Arg::I(d as i32),
+                ],
+            )?;
+            for m in 0..nl.min(2) {
+                self.prefetch(xp, m)?;
+            }
+        }
         let f4 = 4u64;
         for (il, l) in self.layers.iter().enumerate() {
             let slot = (2 * il) as i32;
@@ -1856,18 +2106,9 @@ impl CudaModel {
             // MoE: router, top-k, routed experts, shared expert, combine.
             let (ne, kk) = (c.n_expert, c.n_expert_used);
             let r = &l.router;
-            let direct = self.router_f32
-                && r.ty == GgmlType::F32
-                && r.n_in.is_multiple_of(256)
-                && r.n_in <= 2048;
-            if self.fuse_router && (t == 1 || exact) && (direct || r.n_in <= MV_XS) {
-                // Router and top-k in one launch, each token as decode has it
-                // (`router_f32`: the matrix read at once, a row per warp).
-                let (f, rows) = if direct {
-                    (k.router_f32, 4)
-                } else {
-                    (r.kern.router, 4 * MV1_R)
-                };
+            let fused_router = self.fused_router(r).filter(|_| t == 1 || exact);
+            if let Some((f, rows)) = fused_router {
+                // Router and top-k in one launch, each token as decode has it.
                 g.launch_f(
                     f,
                     (r.n_out.div_ceil(rows) as u32, 1, t as u32),
@@ -1903,6 +2144,41 @@ impl CudaModel {
                 )?;
             }
             let slots = t * kk;
+            // The shared expert (first when prefetching: it runs while the
+            // prefetch may still be copying).
+            let shared = || -> Result<(), CudaError> {
+                let fused = if t == 1 || exact {
+                    match GuMat::dense(&l.sh_gate, &l.sh_up) {
+                        Some(gu) => {
+                            let up_off = l.sh_up.ptr.wrapping_sub(l.sh_gate.ptr);
+                            self.mv_gate_up(gu, up_off, 0, t, s.h.ptr, 1, s.sg.ptr)?
+                        }
+                        None => false,
+                    }
+                } else {
+                    false
+                };
+                if fused {
+                    // sg holds silu(gate) ⊙ up.
+                    self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, exact)?;
+                } else if t == 1 || exact {
+                    self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
+                    self.mv_swiglu(&l.sh_down, s.sg.ptr, s.su.ptr, s.sd.ptr, t)?;
+                } else {
+                    self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
+                    self.elementwise(k.swiglu, s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
+                    self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, false)?;
+                }
+                Ok(())
+            };
+            if let Some(xp) = xp {
+                if xp.shared_first {
+                    shared()?;
+                }
+                if !xp.inline {
+                    g.join_side(il % 2)?;
+                }
+            }
             if t == 1 || exact {
                 // Decode (and verify): one launch per matrix over the k
                 // chosen experts of each token. The down product reads
@@ -1942,27 +2218,8 @@ impl CudaModel {
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
                 self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots)?;
             }
-            let fused = if t == 1 || exact {
-                match GuMat::dense(&l.sh_gate, &l.sh_up) {
-                    Some(gu) => {
-                        let up_off = l.sh_up.ptr.wrapping_sub(l.sh_gate.ptr);
-                        self.mv_gate_up(gu, up_off, 0, t, s.h.ptr, 1, s.sg.ptr)?
-                    }
-                    None => false,
-                }
-            } else {
-                false
-            };
-            if fused {
-                // sg holds silu(gate) ⊙ up.
-                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, exact)?;
-            } else if t == 1 || exact {
-                self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
-                self.mv_swiglu(&l.sh_down, s.sg.ptr, s.su.ptr, s.sd.ptr, t)?;
-            } else {
-                self.mv_pair(&l.sh_gate, &l.sh_up, s.h.ptr, s.sg.ptr, s.su.ptr, t, exact)?;
-                self.elementwise(k.swiglu, s.sg.ptr, s.su.ptr, t * l.sh_gate.n_out)?;
-                self.mv(&l.sh_down, s.sg.ptr, s.sd.ptr, t, false)?;
+            if xp.is_none_or(|x| !x.shared_first) {
+                shared()?;
             }
             // x += the experts' and the shared expert's outputs, then the
             // next layer's input norm (h is read for the shared gate first).
@@ -1984,7 +2241,28 @@ impl CudaModel {
                     Arg::U(next_norm),
                     Arg::U(s.h.ptr),
                     Arg::F(c.rms_eps),
+                    // The prediction input of layer il + 2 and this layer's
+                    // prediction counters.
+                    Arg::U(xp.and(self.layers.get(il + 2)).map_or(0, |n| n.post_norm)),
+                    Arg::U(xp.map_or(0, |x| x.snap.ptr + ((il % 2) * d * 4) as u64)),
+                    Arg::U(s.ids.ptr),
+                    Arg::U(xp.map_or(0, |x| x.lists.ptr + ((il % 2) * XP_WORDS * 8) as u64)),
+                    Arg::U(xp.map_or(0, |x| x.stats.ptr)),
+                    Arg::I(l.xp.map_or(0, |x| x.vram as i32)),
                 ],
+            )?;
+            if let Some(xp) = xp.filter(|_| il + 2 < nl) {
+                self.prefetch(xp, il + 2)?;
+            }
+        }
+        if let Some(xp) = xp {
+            // Every table as uploaded again.
+            g.launch_f(
+                k.xp_restore,
+                (1, 1, 1),
+                32,
+                0,
+                &[Arg::U(xp.lists.ptr), Arg::I(2)],
             )?;
         }
         // Final norm and LM head over the last `rows` hidden states.
@@ -2485,6 +2763,32 @@ impl DeviceForward for CudaModel {
             pos0,
         };
         Ok((out, Box::new(trail)))
+    }
+
+    fn prefetch_stats(&self, reset: bool) -> Option<redlite_model::PrefetchStats> {
+        let xp = self.xp.as_ref()?;
+        let rec = self.layers.first().and_then(|l| l.xp).map_or(0, |x| x.rec);
+        let _guard = self.scratch.lock().ok()?;
+        let g = &self.gpu;
+        let mut c = [0u64; 8];
+        let r = (|| -> Result<(), CudaError> {
+            g.bind()?;
+            g.dtoh(&mut c, xp.stats.ptr)?;
+            if reset {
+                g.memset0(xp.stats.ptr, 8 * 8)?;
+                g.sync()?;
+            }
+            Ok(())
+        })();
+        r.ok()?;
+        Some(redlite_model::PrefetchStats {
+            chosen: c[0],
+            predicted: c[1],
+            outside: c[2],
+            outside_predicted: c[3],
+            copied: c[4],
+            expert_bytes: rec,
+        })
     }
 
     fn profile(&self) -> Vec<(String, f64, u64)> {

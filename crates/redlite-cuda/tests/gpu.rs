@@ -1133,7 +1133,9 @@ fn states_fork_and_roll_back_on_the_device() {
 
 /// Routed experts placed apart (a device budget of two experts per layer,
 /// the rest in pinned host memory read over the bus) give the all-resident
-/// model's logits bit for bit: prefill, decode and a verify pass.
+/// model's logits bit for bit: prefill, decode and a verify pass, with the
+/// decode prefetch of predicted experts (copied into device memory on a side
+/// stream, the tables pointed at the copies for the step) and without it.
 #[test]
 fn experts_placed_apart_equal_resident() {
     if !gpu_ready() {
@@ -1146,61 +1148,146 @@ fn experts_placed_apart_equal_resident() {
             continue;
         }
         let resident = load_gpu(name);
-        let mut placed = load(name);
-        // Two experts' records per layer (gate + up + down, with room for
-        // their alignment padding).
-        let f = placed.gguf();
-        let layer0: u64 = f
-            .tensors
-            .iter()
-            .filter(|t| t.name.starts_with("blk.0.") && redlite_model::is_expert_tensor(&t.name))
-            .map(|t| t.n_bytes)
-            .sum();
-        let c = placed.config().clone();
-        let rec = layer0 / c.n_expert as u64 + 512;
-        let budget = 2 * rec * c.n_layer as u64;
-        let opts = redlite_cuda::CudaOptions {
-            expert_vram_bytes: Some(budget),
-            fit: false,
-            f32_activations: false,
-        };
-        let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .expect("the budget leaves experts on the host");
-        assert!(
-            c.n_expert > 2,
-            "{name}: the test needs more than two experts"
-        );
-        assert_eq!(p.vram, 2, "{name}: two experts per layer in device memory");
-        assert!(p.host_bytes > 0, "{name}: experts on the host");
-        let tokens = prompt_ids(&prompts(), "code");
-        let (head, tail) = tokens.split_at(tokens.len() - 8);
-        let mut a = resident.new_state();
-        let mut b = placed.new_state();
-        let la = resident.forward(&mut a, head, true).expect("prefill");
-        let lb = placed.forward(&mut b, head, true).expect("prefill");
-        assert!(
-            la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "{name}: prefill"
-        );
-        for &t in &tail[..3] {
-            let la = resident.forward(&mut a, &[t], false).expect("decode");
-            let lb = placed.forward(&mut b, &[t], false).expect("decode");
+        for (no_prefetch, top) in [(false, None), (false, Some(1)), (true, None)] {
+            let mut placed = load(name);
+            // Two experts' records per layer (gate + up + down, with room for
+            // their alignment padding), plus the prefetch's two staging areas.
+            let f = placed.gguf();
+            let layer0: u64 = f
+                .tensors
+                .iter()
+                .filter(|t| {
+                    t.name.starts_with("blk.0.") && redlite_model::is_expert_tensor(&t.name)
+                })
+                .map(|t| t.n_bytes)
+                .sum();
+            let c = placed.config().clone();
+            let rec = layer0 / c.n_expert as u64 + 512;
+            // The staging areas hold the largest layer's records (the mixes
+            // give some layers' down experts a wider type).
+            let rec_max = (0..c.n_layer)
+                .map(|il| {
+                    let pre = format!("blk.{il}.");
+                    f.tensors
+                        .iter()
+                        .filter(|t| {
+                            t.name.starts_with(&pre) && redlite_model::is_expert_tensor(&t.name)
+                        })
+                        .map(|t| t.n_bytes)
+                        .sum::<u64>()
+                        / c.n_expert as u64
+                        + 512
+                })
+                .max()
+                .unwrap_or(rec);
+            let stage = if no_prefetch {
+                0
+            } else {
+                2 * c.n_expert_used as u64 * rec_max
+            };
+            let budget = 2 * rec * c.n_layer as u64 + stage;
+            let opts = redlite_cuda::CudaOptions {
+                expert_vram_bytes: Some(budget),
+                no_expert_prefetch: no_prefetch,
+                expert_prefetch_top: top,
+                ..Default::default()
+            };
+            let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .expect("the budget leaves experts on the host");
+            assert!(
+                c.n_expert > 2,
+                "{name}: the test needs more than two experts"
+            );
+            assert_eq!(p.vram, 2, "{name}: two experts per layer in device memory");
+            assert!(p.host_bytes > 0, "{name}: experts on the host");
+            let dev = placed.device().expect("on the GPU");
+            assert_eq!(
+                dev.prefetch_stats(true).is_some(),
+                !no_prefetch,
+                "{name}: prefetch on unless turned off"
+            );
+            let tokens = prompt_ids(&prompts(), "code");
+            let (head, tail) = tokens.split_at(tokens.len() - 8);
+            let mut a = resident.new_state();
+            let mut b = placed.new_state();
+            let la = resident.forward(&mut a, head, true).expect("prefill");
+            let lb = placed.forward(&mut b, head, true).expect("prefill");
             assert!(
                 la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{name}: decode"
+                "{name}: prefill"
+            );
+            let steps = 3;
+            for &t in &tail[..steps] {
+                let la = resident.forward(&mut a, &[t], false).expect("decode");
+                let lb = placed.forward(&mut b, &[t], false).expect("decode");
+                let differ = la
+                    .iter()
+                    .zip(&lb)
+                    .filter(|(x, y)| x.to_bits() != y.to_bits())
+                    .count();
+                let worst = la
+                    .iter()
+                    .zip(&lb)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    differ == 0,
+                    "{name}: decode (prefetch {}, top {top:?}): {differ} of {} logits differ, \
+                     by up to {worst:e}",
+                    !no_prefetch,
+                    la.len()
+                );
+            }
+            // The tables are as uploaded again after the decode steps: a
+            // verify pass and a fresh prefill read the same experts.
+            let (va, _) = resident
+                .forward_verify(&mut a, &tail[steps..])
+                .expect("verify");
+            let (vb, _) = placed
+                .forward_verify(&mut b, &tail[steps..])
+                .expect("verify");
+            assert!(
+                va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name}: verify"
+            );
+            let mut b2 = placed.new_state();
+            let lb2 = placed.forward(&mut b2, head, true).expect("prefill again");
+            assert!(
+                la.iter().zip(&lb2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name}: prefill after decoding"
+            );
+            if let Some(st) = dev.prefetch_stats(true) {
+                let k = c.n_expert_used as u64;
+                let chosen = steps as u64 * c.n_layer as u64 * k;
+                assert_eq!(st.chosen, chosen, "{name}: every decode step counted");
+                assert!(
+                    st.predicted <= st.chosen && st.outside <= st.chosen,
+                    "{st:?}"
+                );
+                assert!(
+                    st.outside_predicted <= st.outside.min(st.predicted),
+                    "{st:?}"
+                );
+                let per_layer = top.unwrap_or(k as usize) as u64;
+                assert!(
+                    st.copied > 0 && st.copied <= steps as u64 * c.n_layer as u64 * per_layer,
+                    "{name}: {st:?}"
+                );
+                assert_eq!(dev.prefetch_stats(false).map(|s| s.chosen), Some(0));
+                println!(
+                    "gpu {name}: prefetch top {top:?}: {:.1}% of chosen experts predicted, \
+                     {:.1}% of those on the host copied ahead ({} copies)",
+                    100.0 * st.accuracy(),
+                    100.0 * st.outside_hit_rate(),
+                    st.copied
+                );
+            }
+            println!(
+                "gpu {name}: experts 2 per layer in device memory ({} B), {} B on the host, \
+                 prefetch {}: prefill, decode and verify equal the resident model bit for bit",
+                p.vram_bytes, p.host_bytes, !no_prefetch
             );
         }
-        let (va, _) = resident.forward_verify(&mut a, &tail[3..]).expect("verify");
-        let (vb, _) = placed.forward_verify(&mut b, &tail[3..]).expect("verify");
-        assert!(
-            va.iter().zip(&vb).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "{name}: verify"
-        );
-        println!(
-            "gpu {name}: experts 2 per layer in device memory ({} B), {} B on the host: \
-             prefill, decode and verify equal the resident model bit for bit",
-            p.vram_bytes, p.host_bytes
-        );
     }
 }

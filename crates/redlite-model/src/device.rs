@@ -114,4 +114,42 @@ pub trait DeviceForward: Send + Sync {
     fn profile(&self) -> Vec<(String, f64, u64)> {
         Vec::new()
     }
+    /// The expert prefetch's counters since the last reset (`reset`: zero
+    /// them after reading), where the device prefetches experts held
+    /// outside its memory; `None` otherwise.
+    fn prefetch_stats(&self, _reset: bool) -> Option<PrefetchStats> {
+        None
+    }
+}
+
+/// How a device's expert prefetch did: each decode step predicts every
+/// layer's experts ahead (layer L's router on layer L - 1's input) and
+/// copies the predicted ones held outside device memory in beside the
+/// computation; the others are read where they lie when used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchStats {
+    /// Experts chosen by the routers (tokens × layers × experts per token).
+    pub chosen: u64,
+    /// Of those, predicted.
+    pub predicted: u64,
+    /// Chosen experts held outside device memory.
+    pub outside: u64,
+    /// Of those, predicted (served from the copy made ahead).
+    pub outside_predicted: u64,
+    /// Experts copied in ahead of use.
+    pub copied: u64,
+    /// Bytes of one expert (gate, up and down).
+    pub expert_bytes: u64,
+}
+
+impl PrefetchStats {
+    /// Share of chosen experts that were predicted.
+    pub fn accuracy(&self) -> f64 {
+        self.predicted as f64 / self.chosen.max(1) as f64
+    }
+    /// Share of the chosen experts held outside device memory that were
+    /// copied in ahead (the rest were read over the bus when used).
+    pub fn outside_hit_rate(&self) -> f64 {
+        self.outside_predicted as f64 / self.outside.max(1) as f64
+    }
 }

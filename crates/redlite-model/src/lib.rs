@@ -23,7 +23,7 @@ mod rope;
 pub mod weights;
 
 pub use config::Config;
-pub use device::{DeviceForward, DeviceState, StepTrail, Verified};
+pub use device::{DeviceForward, DeviceState, PrefetchStats, StepTrail, Verified};
 pub use expert_cache::{
     default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
     ExpertEntry,
