@@ -148,7 +148,7 @@ fn prefetch_json(p: &redlite_model::PrefetchStats) -> serde_json::Map<String, Va
         "redlite_expert_prefetch_outside_hit_rate": p.outside_hit_rate(),
         "redlite_expert_prefetch_copies": p.copied,
         "redlite_expert_prefetch_bytes_copied": p.copied * p.expert_bytes,
-        "redlite_expert_prefetch_bytes_read_on_use": p.outside.saturating_sub(p.outside_predicted) * p.expert_bytes,
+        "redlite_expert_prefetch_bytes_read_on_use": p.read_on_use() * p.expert_bytes,
     });
     match v {
         Value::Object(m) => m,
@@ -166,10 +166,10 @@ fn prefetch_line(p: &redlite_model::PrefetchStats, n: usize) -> String {
         p.outside,
         p.outside_predicted,
         100.0 * p.outside_hit_rate(),
-        p.outside.saturating_sub(p.outside_predicted),
+        p.read_on_use(),
         p.copied,
         (p.copied * p.expert_bytes) as f64 / 1e6,
-        (p.outside.saturating_sub(p.outside_predicted) * p.expert_bytes) as f64 / 1e6
+        (p.read_on_use() * p.expert_bytes) as f64 / 1e6
     )
 }
 

@@ -252,7 +252,7 @@ impl Gpu {
             .map_err(drv("multiprocessor count"))?
             .max(1) as usize;
         ctx.bind_to_thread().map_err(drv("binding the context"))?;
-        let stream = {
+        let new_stream = || -> Result<sys::CUstream, CudaError> {
             let mut s = std::mem::MaybeUninit::uninit();
             // SAFETY: creates a stream in the bound context.
             unsafe {
@@ -262,23 +262,11 @@ impl Gpu {
                 )
                 .result()
                 .map_err(drv("creating a stream"))?;
-                s.assume_init()
-            }
-        };
-        let side_stream = || -> Result<sys::CUstream, CudaError> {
-            let mut s = std::mem::MaybeUninit::uninit();
-            // SAFETY: creates a stream in the bound context.
-            unsafe {
-                sys::cuStreamCreate(
-                    s.as_mut_ptr(),
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                )
-                .result()
-                .map_err(drv("creating a side stream"))?;
                 Ok(s.assume_init())
             }
         };
-        let side = [side_stream()?, side_stream()?];
+        let stream = new_stream()?;
+        let side = [new_stream()?, new_stream()?];
         let event = || -> Result<sys::CUevent, CudaError> {
             let mut e = std::mem::MaybeUninit::uninit();
             // SAFETY: creates an event in the bound context.

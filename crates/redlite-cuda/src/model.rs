@@ -562,7 +562,7 @@ pub struct CudaModel {
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
     /// The decode prefetch of predicted experts held in host memory (placed
-    /// apart, `CudaOptions::expert_prefetch`).
+    /// apart, unless `CudaOptions::no_expert_prefetch`).
     xp: Option<XpBufs>,
     /// Whether any product runs on 16-bit activations.
     q16: bool,
@@ -1045,20 +1045,21 @@ impl CudaModel {
             let (experts, other) = redlite_model::expert_split(f);
             opts.expert_vram_bytes = fit_budget(free as u64, experts, other)?;
         }
+        // The largest layer's expert record (types may differ by layer): the
+        // size of the prefetch's staging slots.
+        let rec_max = w
+            .layers
+            .iter()
+            .map(|l| expert_record([&l.moe.gate, &l.moe.up, &l.moe.down]).2 as u64)
+            .max()
+            .unwrap_or(0);
         // Experts per layer in device memory under the budget (None: all).
         let place = match (opts.expert_vram_bytes, w.layers.first()) {
             (Some(budget), Some(l0)) => {
                 let m = &l0.moe;
                 let rec = expert_record([&m.gate, &m.up, &m.down]).2.max(1) as u64;
-                // The prefetch's two staging areas of k records (of the
-                // largest layer's size: types may differ by layer) come out
-                // of the budget.
-                let rec_max = w
-                    .layers
-                    .iter()
-                    .map(|l| expert_record([&l.moe.gate, &l.moe.up, &l.moe.down]).2 as u64)
-                    .max()
-                    .unwrap_or(rec);
+                // The prefetch's two staging areas of k records come out of
+                // the budget.
                 let stage = if opts.no_expert_prefetch {
                     0
                 } else {
@@ -1214,25 +1215,7 @@ impl CudaModel {
         let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
         let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
-        // The decode prefetch: experts placed apart, and a router the fused
-        // router kernels take (they predict as they route).
-        let routable = |r: &DMat| {
-            (router_f32 && r.ty == GgmlType::F32 && r.n_in.is_multiple_of(256) && r.n_in <= 2048)
-                || r.n_in <= MV_XS
-        };
-        // Staging slots of the largest layer's record (types may differ by layer).
-        let rec_max = layers.iter().filter_map(|l| l.xp).map(|x| x.rec).max();
-        let xp = match rec_max {
-            Some(rec)
-                if !opts.no_expert_prefetch
-                    && fuse_router
-                    && layers.iter().all(|l| l.xp.is_some() && routable(&l.router)) =>
-            {
-                Some(XpBufs::new(&gpu, &c, rec as usize, opts.expert_prefetch_top).map_err(merr)?)
-            }
-            _ => None,
-        };
-        Ok(CudaModel {
+        let mut model = CudaModel {
             gpu: Arc::new(gpu),
             c,
             layers,
@@ -1257,7 +1240,7 @@ impl CudaModel {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(24),
             placement,
-            xp,
+            xp: None,
             q16,
             mq_fill: std::env::var("REDLITE_CUDA_MQ_FILL")
                 .ok()
@@ -1268,7 +1251,25 @@ impl CudaModel {
             q16_scales,
             _bufs: bufs,
             _hosts: hosts,
-        })
+        };
+        // The decode prefetch: experts placed apart, and routers that the
+        // fused router kernels take (they predict as they route).
+        let prefetch = !opts.no_expert_prefetch
+            && opts.expert_prefetch_top != Some(0)
+            && model
+                .layers
+                .iter()
+                .all(|l| l.xp.is_some() && model.fused_router(&l.router).is_some());
+        if prefetch {
+            let xp = XpBufs::new(
+                &model.gpu,
+                &model.c,
+                rec_max as usize,
+                opts.expert_prefetch_top,
+            );
+            model.xp = Some(xp.map_err(merr)?);
+        }
+        Ok(model)
     }
 
     /// The start of a pass (`what`: forward or verify) over `tokens`: this
@@ -1621,7 +1622,6 @@ impl CudaModel {
         )
     }
 
-    /// RMS (mode 0) or L2 (mode 1) norm over `rows` rows (see `norm_rows`).
     /// The router and its top-k as one launch (`router_f32`: the matrix
     /// read at once, a row per warp; else `router_<T>`), with the rows each
     /// block takes; `None` where neither takes `r` (or `REDLITE_CUDA_FUSE_ROUTER=0`).
@@ -1705,6 +1705,7 @@ impl CudaModel {
         )
     }
 
+    /// RMS (mode 0) or L2 (mode 1) norm over `rows` rows (see `norm_rows`).
     #[allow(clippy::too_many_arguments)]
     fn norm(
         &self,
@@ -2767,6 +2768,7 @@ impl DeviceForward for CudaModel {
 
     fn prefetch_stats(&self, reset: bool) -> Option<redlite_model::PrefetchStats> {
         let xp = self.xp.as_ref()?;
+        // Layer 0's record (every layer's on files whose experts share types).
         let rec = self.layers.first().and_then(|l| l.xp).map_or(0, |x| x.rec);
         let _guard = self.scratch.lock().ok()?;
         let g = &self.gpu;

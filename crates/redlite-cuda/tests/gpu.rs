@@ -1153,33 +1153,24 @@ fn experts_placed_apart_equal_resident() {
             // Two experts' records per layer (gate + up + down, with room for
             // their alignment padding), plus the prefetch's two staging areas.
             let f = placed.gguf();
-            let layer0: u64 = f
-                .tensors
-                .iter()
-                .filter(|t| {
-                    t.name.starts_with("blk.0.") && redlite_model::is_expert_tensor(&t.name)
-                })
-                .map(|t| t.n_bytes)
-                .sum();
             let c = placed.config().clone();
-            let rec = layer0 / c.n_expert as u64 + 512;
+            // Layer il's expert record, with room for its alignment padding.
+            let record = |il: usize| {
+                let pre = format!("blk.{il}.");
+                f.tensors
+                    .iter()
+                    .filter(|t| {
+                        t.name.starts_with(&pre) && redlite_model::is_expert_tensor(&t.name)
+                    })
+                    .map(|t| t.n_bytes)
+                    .sum::<u64>()
+                    / c.n_expert as u64
+                    + 512
+            };
+            let rec = record(0);
             // The staging areas hold the largest layer's records (the mixes
             // give some layers' down experts a wider type).
-            let rec_max = (0..c.n_layer)
-                .map(|il| {
-                    let pre = format!("blk.{il}.");
-                    f.tensors
-                        .iter()
-                        .filter(|t| {
-                            t.name.starts_with(&pre) && redlite_model::is_expert_tensor(&t.name)
-                        })
-                        .map(|t| t.n_bytes)
-                        .sum::<u64>()
-                        / c.n_expert as u64
-                        + 512
-                })
-                .max()
-                .unwrap_or(rec);
+            let rec_max = (0..c.n_layer).map(record).max().unwrap_or(rec);
             let stage = if no_prefetch {
                 0
             } else {

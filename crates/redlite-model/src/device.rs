@@ -147,6 +147,11 @@ impl PrefetchStats {
     pub fn accuracy(&self) -> f64 {
         self.predicted as f64 / self.chosen.max(1) as f64
     }
+    /// Chosen experts held outside device memory that were not copied in
+    /// ahead (read over the bus when used).
+    pub fn read_on_use(&self) -> u64 {
+        self.outside.saturating_sub(self.outside_predicted)
+    }
     /// Share of the chosen experts held outside device memory that were
     /// copied in ahead (the rest were read over the bus when used).
     pub fn outside_hit_rate(&self) -> f64 {
