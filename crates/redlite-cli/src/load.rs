@@ -315,6 +315,7 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             f32_activations: args.f32_activations,
             no_expert_prefetch: args.no_expert_prefetch,
             expert_prefetch_top: args.expert_prefetch_top,
+            expert_prefetch_wait_router: false,
         };
         let r = redlite_cuda::attach_with(&mut model, n, opts, &mut |done, total| {
             layers.set_length(total as u64);

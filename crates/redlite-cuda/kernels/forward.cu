@@ -682,15 +682,28 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
         wts[lane] = (float)(p / wsum);
     }
 }
+// A decode step's layer whose experts were predicted and are being copied
+// (xp_fetch) marks what its router chose, for the copies to stop on the
+// experts it did not choose: chosen[e] = tag for the k chosen ids, then, after
+// a fence, done = tag (xpc[0]; chosen at xpc + 4). One warp; ids written by
+// its lanes (lane r the r-th). xp_restore clears done at the end of the step.
+__device__ __forceinline__ void xp_mark(const int* ids, int k, int* xpc, int tag) {
+    const int lane = threadIdx.x & 31;
+    if (lane < k) ((volatile int*)xpc)[4 + ids[lane]] = tag;
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) ((volatile int*)xpc)[0] = tag;
+}
 // The router and its top-k in one launch, one token per slot z (blockIdx.z):
 // logits[z] = W·x_z as mv1_T computes it, then the block that finishes last
 // (counted in counter[z], reset for the next launch) takes the token's top k
-// with topk_row. x_z = x + z·n_in; ids / wts at z·k.
+// with topk_row. x_z = x + z·n_in; ids / wts at z·k. xpc non-null (a decode
+// step with the layer's experts being copied in): xp_mark(xpc, tag) after it.
 #define DEF_ROUTER(T, ID)                                                                   \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
         router_##T(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,          \
                    const float* __restrict__ x, float* logits, int k, int* __restrict__ ids, \
-                   float* __restrict__ wts, int* counter) {                                 \
+                   float* __restrict__ wts, int* counter, int* xpc, int tag) {             \
         __shared__ __align__(16) uint8_t smem[MV_WARPS][MV1_R][MV_SEG + 32];                \
         __shared__ __align__(16) float xs[MV_XS];                                           \
         __shared__ float xsum8[MV_XS / 8];                                                  \
@@ -723,6 +736,7 @@ __device__ __forceinline__ void topk_row(const float* row, int ne, int k, int* i
         if (!last) return;                                                                  \
         __threadfence();                                                                    \
         if (warp == 0) topk_row(lz, ne, k, ids + z * k, wts + z * k);                       \
+        if (warp == 0 && xpc) xp_mark(ids + z * k, k, xpc, tag);                            \
         if (threadIdx.x == 0) counter[z] = 0;                                               \
     }
 REDLITE_DQ_TYPES(DEF_ROUTER)
@@ -739,7 +753,7 @@ REDLITE_DQ_TYPES(DEF_ROUTER)
 extern "C" __global__ void __launch_bounds__(128)
     router_f32(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,
                const float* __restrict__ x, float* logits, int k, int* __restrict__ ids,
-               float* __restrict__ wts, int* counter) {
+               float* __restrict__ wts, int* counter, int* xpc, int tag) {
     __shared__ __align__(16) float xs[32 * 8 * RD_J];
     __shared__ int last;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -782,6 +796,7 @@ extern "C" __global__ void __launch_bounds__(128)
     if (!last) return;
     __threadfence();
     if (warp == 0) topk_row(lz, ne, k, ids + z * k, wts + z * k);
+    if (warp == 0 && xpc) xp_mark(ids + z * k, k, xpc, tag);
     if (threadIdx.x == 0) counter[z] = 0;
 }
 
@@ -2440,11 +2455,15 @@ __device__ void xp_restore_list(u64* pl) {
     pl[0] = 0;
 }
 
-// Restore n lists (XP_WORDS apart) at pl; one thread.
-extern "C" __global__ void xp_restore(u64* pl, int n) {
+// Restore n lists (XP_WORDS apart) at pl and clear the n routers' marks
+// (xp_mark's done, xpc_stride ints apart); one thread.
+extern "C" __global__ void xp_restore(u64* pl, int n, int* xpc, int xpc_stride) {
     RL_PDL_ENTER();
     if (threadIdx.x == 0 && blockIdx.x == 0)
-        for (int i = 0; i < n; i++) xp_restore_list(pl + (u64)i * XP_WORDS);
+        for (int i = 0; i < n; i++) {
+            xp_restore_list(pl + (u64)i * XP_WORDS);
+            if (xpc) ((volatile int*)xpc)[(u64)i * xpc_stride] = 0;
+        }
 }
 
 #ifndef XP_U
@@ -2455,11 +2474,17 @@ extern "C" __global__ void xp_restore(u64* pl, int n) {
 // (e - vram)·rec) into staging slot j
 // (stage + j·rec) and point the tables at them; grid (blocks per expert, k).
 // Block (0, 0) first restores the list the staging area served before.
-// stats[4] += experts copied.
+// stats[4] += experts copied. A copy stops once the layer's router has
+// chosen (xpc[0] == tag, xp_mark) without it (xpc[4 + e] != tag): that
+// expert is not used this step, and the bus is left to the ones that are;
+// stats[5] += the bytes left uncopied. wait (tests): every block first waits
+// for the router, so an expert it did not choose is not copied at all.
 extern "C" __global__ void __launch_bounds__(256)
 xp_fetch(const int* __restrict__ pred, int k, int top, int vram, const uint8_t* __restrict__ host,
          u64 rec, uint8_t* __restrict__ stage, u64* __restrict__ pl, u64* tg, u64* tu, u64* td,
-         u64 off_u, u64 off_d, unsigned long long* __restrict__ stats) {
+         u64 off_u, u64 off_d, unsigned long long* __restrict__ stats, const int* xpc, int tag,
+         int wait) {
+    __shared__ int stop[2];
     const int j = blockIdx.y;
     if (blockIdx.x == 0 && j == 0 && threadIdx.x == 0) {
         xp_restore_list(pl);
@@ -2494,18 +2519,49 @@ xp_fetch(const int* __restrict__ pred, int k, int top, int vram, const uint8_t* 
     const u64 n16 = rec / 16;
     const u64 per = (n16 + gridDim.x - 1) / gridDim.x;
     const u64 a = (u64)blockIdx.x * per, b = min(n16, a + per);
-    for (u64 base = a + threadIdx.x; base < b; base += (u64)XP_U * blockDim.x) {
+    const volatile int* vx = (const volatile int*)xpc;
+    const u64 step = (u64)XP_U * blockDim.x;
+    if (vx && wait) {
+        if (threadIdx.x == 0) {
+            while (vx[0] != tag) __nanosleep(1000);
+            __threadfence();
+            stop[0] = vx[4 + e] != tag;
+            if (stop[0] && stats && a < b) atomicAdd(stats + 5, (unsigned long long)(b - a) * 16ull);
+        }
+        __syncthreads();
+        if (stop[0]) return;
+        __syncthreads();
+    }
+    // Every thread runs the same iterations (the block's decision to stop is
+    // shared through stop[], one word per iteration parity).
+    int it = 0;
+    for (u64 base = a; base < b; base += step, it++) {
+        // Thread 0 asks whether to stop before its loads, and decides after.
+        int done = 0;
+        if (threadIdx.x == 0 && vx) done = vx[0];
         uint4 v[XP_U];
 #pragma unroll
         for (int u = 0; u < XP_U; u++) {
-            const u64 i = base + (u64)u * blockDim.x;
+            const u64 i = base + threadIdx.x + (u64)u * blockDim.x;
             if (i < b) v[u] = src[i];
         }
 #pragma unroll
         for (int u = 0; u < XP_U; u++) {
-            const u64 i = base + (u64)u * blockDim.x;
+            const u64 i = base + threadIdx.x + (u64)u * blockDim.x;
             if (i < b) dst[i] = v[u];
         }
+        if (!vx) continue;
+        if (threadIdx.x == 0) {
+            int s = 0;
+            if (done == tag) {
+                __threadfence();
+                s = vx[4 + e] != tag;
+            }
+            stop[it & 1] = s;
+            if (s && stats && base + step < b) atomicAdd(stats + 5, (unsigned long long)(b - base - step) * 16ull);
+        }
+        __syncthreads();
+        if (stop[it & 1]) break;
     }
 }
 

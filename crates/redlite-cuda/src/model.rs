@@ -190,6 +190,10 @@ pub struct CudaOptions {
     /// How many of each layer's predicted experts the prefetch copies, the
     /// most likely first (`None`: four fifths of the experts per token).
     pub expert_prefetch_top: Option<usize>,
+    /// For tests: each copy of a predicted expert first waits for its
+    /// layer's router, so that the copies of every expert it did not choose
+    /// stop (outputs must not change).
+    pub expert_prefetch_wait_router: bool,
 }
 
 /// Device memory kept free for the scratch buffers, a verify trail and the
@@ -338,6 +342,8 @@ struct XpLayer {
 
 /// Words of one prefetch list (`XP_WORDS` in `forward.cu`).
 const XP_WORDS: usize = 40 + 4 * 32;
+/// Ints before the per-expert marks of `xp_mark` (its `done` word first).
+const XP_MARK_PAD: usize = 4;
 
 /// The decode prefetch's buffers: per parity of the predicted layer, a
 /// staging area of `k` expert records, a prefetch list, the prediction
@@ -352,6 +358,15 @@ struct XpBufs {
     wts: DevBuf,
     done: DevBuf,
     stats: DevBuf,
+    /// Per parity, what the layer's router chose (`xp_mark`: a word `done`,
+    /// then one per expert), for the copies of experts it did not choose to
+    /// stop; `XP_MARK_PAD + n_expert` ints apart.
+    marks: DevBuf,
+    /// Stop those copies (`REDLITE_CUDA_XP_STOP`, default on).
+    stop: bool,
+    n_expert: usize,
+    /// `CudaOptions::expert_prefetch_wait_router`.
+    wait: bool,
     /// Blocks per expert of `xp_fetch` (`REDLITE_CUDA_XP_BLOCKS`).
     blocks: u32,
     /// Predicted experts copied per layer, the most likely first.
@@ -365,6 +380,15 @@ struct XpBufs {
 }
 
 impl XpBufs {
+    /// The marks of parity `p` (0 where the copies do not stop).
+    fn marks_at(&self, p: usize) -> u64 {
+        if self.stop {
+            self.marks.ptr + (p * (XP_MARK_PAD + self.n_expert) * 4) as u64
+        } else {
+            0
+        }
+    }
+
     fn new(g: &Gpu, c: &Config, rec: usize, top: Option<usize>) -> Result<XpBufs, CudaError> {
         let k = c.n_expert_used;
         // Default: the most likely four fifths (8 of 10; H200, 25% of the
@@ -379,6 +403,10 @@ impl XpBufs {
             wts: g.zeros(2 * k * 4)?,
             done: g.zeros(2 * 16)?,
             stats: g.zeros(8 * 8)?,
+            marks: g.zeros(2 * (XP_MARK_PAD + c.n_expert) * 4)?,
+            stop: std::env::var_os("REDLITE_CUDA_XP_STOP").is_none_or(|v| v != "0"),
+            n_expert: c.n_expert,
+            wait: false,
             blocks: std::env::var("REDLITE_CUDA_XP_BLOCKS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -1267,7 +1295,9 @@ impl CudaModel {
                 rec_max as usize,
                 opts.expert_prefetch_top,
             );
-            model.xp = Some(xp.map_err(merr)?);
+            let mut xp = xp.map_err(merr)?;
+            xp.wait = opts.expert_prefetch_wait_router;
+            model.xp = Some(xp);
         }
         Ok(model)
     }
@@ -1680,6 +1710,8 @@ impl CudaModel {
                 Arg::U(ids),
                 Arg::U(xp.wts.ptr + (p * kk * 4) as u64),
                 Arg::U(xp.done.ptr + (p * 16) as u64),
+                Arg::U(0),
+                Arg::I(0),
             ],
         )?;
         launch(
@@ -1701,6 +1733,9 @@ impl CudaModel {
                 Arg::U(x.off_u),
                 Arg::U(x.off_d),
                 Arg::U(xp.stats.ptr),
+                Arg::U(xp.marks_at(p)),
+                Arg::I(m as i32 + 1),
+                Arg::I(xp.wait as i32),
             ],
         )
     }
@@ -2126,6 +2161,13 @@ impl CudaModel {
                         Arg::U(s.ids.ptr),
                         Arg::U(s.wts.ptr),
                         Arg::U(s.router_done.ptr),
+                        // A decode step copying this layer's experts in: mark
+                        // the chosen ones (xp_fetch stops on the others).
+                        Arg::U(
+                            xp.filter(|_| l.xp.is_some())
+                                .map_or(0, |x| x.marks_at(il % 2)),
+                        ),
+                        Arg::I(il as i32 + 1),
                     ],
                 )?;
             } else {
@@ -2263,7 +2305,12 @@ impl CudaModel {
                 (1, 1, 1),
                 32,
                 0,
-                &[Arg::U(xp.lists.ptr), Arg::I(2)],
+                &[
+                    Arg::U(xp.lists.ptr),
+                    Arg::I(2),
+                    Arg::U(xp.marks.ptr),
+                    Arg::I((XP_MARK_PAD + c.n_expert) as i32),
+                ],
             )?;
         }
         // Final norm and LM head over the last `rows` hidden states.
@@ -2789,6 +2836,7 @@ impl DeviceForward for CudaModel {
             outside: c[2],
             outside_predicted: c[3],
             copied: c[4],
+            stopped_bytes: c[5],
             expert_bytes: rec,
         })
     }

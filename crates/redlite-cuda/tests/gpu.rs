@@ -1148,7 +1148,12 @@ fn experts_placed_apart_equal_resident() {
             continue;
         }
         let resident = load_gpu(name);
-        for (no_prefetch, top) in [(false, None), (false, Some(1)), (true, None)] {
+        for (no_prefetch, top, wait) in [
+            (false, None, false),
+            (false, None, true),
+            (false, Some(1), false),
+            (true, None, false),
+        ] {
             let mut placed = load(name);
             // Two experts' records per layer (gate + up + down, with room for
             // their alignment padding), plus the prefetch's two staging areas.
@@ -1181,6 +1186,7 @@ fn experts_placed_apart_equal_resident() {
                 expert_vram_bytes: Some(budget),
                 no_expert_prefetch: no_prefetch,
                 expert_prefetch_top: top,
+                expert_prefetch_wait_router: wait,
                 ..Default::default()
             };
             let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
@@ -1265,13 +1271,27 @@ fn experts_placed_apart_equal_resident() {
                     st.copied > 0 && st.copied <= steps as u64 * c.n_layer as u64 * per_layer,
                     "{name}: {st:?}"
                 );
+                assert!(
+                    st.stopped_bytes <= st.copied * st.expert_bytes,
+                    "{name}: {st:?}"
+                );
+                if wait {
+                    // Every copy waited for the router: those of the
+                    // predicted experts it did not choose stopped at once.
+                    assert!(
+                        st.predicted < steps as u64 * c.n_layer as u64 * k && st.stopped_bytes > 0,
+                        "{name}: copies stopped: {st:?}"
+                    );
+                }
                 assert_eq!(dev.prefetch_stats(false).map(|s| s.chosen), Some(0));
                 println!(
-                    "gpu {name}: prefetch top {top:?}: {:.1}% of chosen experts predicted, \
-                     {:.1}% of those on the host copied ahead ({} copies)",
+                    "gpu {name}: prefetch top {top:?} wait {wait}: {:.1}% of chosen experts \
+                     predicted, {:.1}% of those on the host copied ahead ({} copies, {} B \
+                     left undone)",
                     100.0 * st.accuracy(),
                     100.0 * st.outside_hit_rate(),
-                    st.copied
+                    st.copied,
+                    st.stopped_bytes
                 );
             }
             println!(

@@ -138,11 +138,19 @@ pub struct PrefetchStats {
     pub outside_predicted: u64,
     /// Experts copied in ahead of use.
     pub copied: u64,
+    /// Bytes of those copies left undone: the copy of a predicted expert
+    /// stops once its layer's router has chosen without it.
+    pub stopped_bytes: u64,
     /// Bytes of one expert (gate, up and down).
     pub expert_bytes: u64,
 }
 
 impl PrefetchStats {
+    /// Bytes moved by the copies made ahead (those begun, less what was
+    /// left undone when a copy stopped).
+    pub fn bytes_copied(&self) -> u64 {
+        (self.copied * self.expert_bytes).saturating_sub(self.stopped_bytes)
+    }
     /// Share of chosen experts that were predicted.
     pub fn accuracy(&self) -> f64 {
         self.predicted as f64 / self.chosen.max(1) as f64
