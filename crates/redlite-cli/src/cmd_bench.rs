@@ -149,6 +149,7 @@ fn prefetch_json(p: &redlite_model::PrefetchStats) -> serde_json::Map<String, Va
         "redlite_expert_prefetch_copies": p.copied,
         "redlite_expert_prefetch_bytes_copied": p.bytes_copied(),
         "redlite_expert_prefetch_bytes_stopped": p.stopped_bytes,
+        "redlite_expert_prefetch_late_copies": p.late,
         "redlite_expert_prefetch_bytes_read_on_use": p.read_on_use() * p.expert_bytes,
     });
     match v {
@@ -162,7 +163,7 @@ fn prefetch_line(p: &redlite_model::PrefetchStats, n: usize) -> String {
     format!(
         "expert prefetch tg{n}: {:.1}% of the chosen experts predicted; of the {} chosen in host \
          memory, {} ({:.1}%) copied in ahead and {} read over the bus when used; {} copies \
-         begun ({:.1} MB copied, {:.1} MB left undone by copies stopped), {:.1} MB read on use",
+         begun ({:.1} MB copied, {:.1} MB left undone by copies stopped), {:.1} MB read on use ({} of those experts copied after the router)",
         100.0 * p.accuracy(),
         p.outside,
         p.outside_predicted,
@@ -171,7 +172,8 @@ fn prefetch_line(p: &redlite_model::PrefetchStats, n: usize) -> String {
         p.copied,
         p.bytes_copied() as f64 / 1e6,
         p.stopped_bytes as f64 / 1e6,
-        (p.read_on_use() * p.expert_bytes) as f64 / 1e6
+        (p.read_on_use() * p.expert_bytes) as f64 / 1e6,
+        p.late
     )
 }
 

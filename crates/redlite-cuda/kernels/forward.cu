@@ -2565,6 +2565,73 @@ xp_fetch(const int* __restrict__ pred, int k, int top, int vram, const uint8_t* 
     }
 }
 
+// After layer M's router and the join of its prefetch (list pl complete):
+// copy each chosen expert (ids, k of them) that lies in pinned host memory
+// and was not copied ahead (not among pl's first top predictions) into slot
+// r of the late staging area (late + r·rec), many blocks per expert at once,
+// and point the tables at the copy; the redirects are appended to pl, so the
+// list's restore puts them back too. The same bytes: outputs do not change.
+// Grid (blocks per expert, k); no early launch of the next kernel (it reads
+// the tables). stats[6] += experts copied late.
+extern "C" __global__ void __launch_bounds__(256)
+xp_late(const int* __restrict__ ids, int k, int vram, const uint8_t* __restrict__ host, u64 rec,
+        uint8_t* __restrict__ late, u64* __restrict__ pl, u64* tg, u64* tu, u64* td, u64 off_u,
+        u64 off_d, unsigned long long* __restrict__ stats) {
+    RL_PDL_WAIT();
+    const int np = (int)pl[XP_K], top = (int)pl[XP_TOP];
+    auto ahead = [&](int e) {
+        for (int j = 0; j < np && j < top; j++)
+            if ((int)pl[XP_IDS + j] == e) return true;
+        return false;
+    };
+    const int r = blockIdx.y;
+    const int e = ids[r];
+    const bool mine = e >= vram && !ahead(e);
+    // Block (0, 0) writes only pl[0] and the redirects, which the others do
+    // not read.
+    if (blockIdx.x == 0 && r == 0 && threadIdx.x == 0) {
+        int n = (int)pl[0], c = 0;
+        for (int q = 0; q < k; q++) {
+            const int eq = ids[q];
+            if (eq < vram || ahead(eq) || n >= 32) continue;
+            u64* red = pl + XP_RED + 4 * n;
+            red[0] = (u64)eq;
+            red[1] = tg[eq];
+            red[2] = tu[eq];
+            red[3] = td[eq];
+            const u64 sq = (u64)(late + (u64)q * rec);
+            tg[eq] = sq;
+            tu[eq] = sq + off_u;
+            td[eq] = sq + off_d;
+            n++;
+            c++;
+        }
+        pl[0] = (u64)n;
+        if (stats) atomicAdd(stats + 6, (unsigned long long)c);
+    }
+    if (mine) {
+        const uint4* src = (const uint4*)(host + (u64)(e - vram) * rec);
+        uint4* dst = (uint4*)(late + (u64)r * rec);
+        const u64 n16 = rec / 16;
+        const u64 per = (n16 + gridDim.x - 1) / gridDim.x;
+        const u64 a = (u64)blockIdx.x * per, b = min(n16, a + per);
+        for (u64 base = a + threadIdx.x; base < b; base += (u64)XP_U * blockDim.x) {
+            uint4 v[XP_U];
+#pragma unroll
+            for (int u = 0; u < XP_U; u++) {
+                const u64 i = base + (u64)u * blockDim.x;
+                if (i < b) v[u] = src[i];
+            }
+#pragma unroll
+            for (int u = 0; u < XP_U; u++) {
+                const u64 i = base + (u64)u * blockDim.x;
+                if (i < b) dst[i] = v[u];
+            }
+        }
+    }
+    __threadfence();
+}
+
 // out_z = x ⊙ w_z for the z-th of two weights (the prediction inputs of
 // layers 0 and 1, from the embeddings); one block per z.
 extern "C" __global__ void xp_scale(const float* __restrict__ x, const float* __restrict__ w0,

@@ -1148,6 +1148,8 @@ fn experts_placed_apart_equal_resident() {
             continue;
         }
         let resident = load_gpu(name);
+        // The late copies (on unless REDLITE_CUDA_XP_LATE=0).
+        let late = std::env::var_os("REDLITE_CUDA_XP_LATE").is_none_or(|v| v != "0");
         for (no_prefetch, top, wait) in [
             (false, None, false),
             (false, None, true),
@@ -1156,7 +1158,8 @@ fn experts_placed_apart_equal_resident() {
         ] {
             let mut placed = load(name);
             // Two experts' records per layer (gate + up + down, with room for
-            // their alignment padding), plus the prefetch's two staging areas.
+            // their alignment padding), plus the prefetch's three staging
+            // areas (two, and the late copies').
             let f = placed.gguf();
             let c = placed.config().clone();
             // Layer il's expert record, with room for its alignment padding.
@@ -1179,7 +1182,7 @@ fn experts_placed_apart_equal_resident() {
             let stage = if no_prefetch {
                 0
             } else {
-                2 * c.n_expert_used as u64 * rec_max
+                (2 + late as u64) * c.n_expert_used as u64 * rec_max
             };
             let budget = 2 * rec * c.n_layer as u64 + stage;
             let opts = redlite_cuda::CudaOptions {
@@ -1273,6 +1276,13 @@ fn experts_placed_apart_equal_resident() {
                 );
                 assert!(
                     st.stopped_bytes <= st.copied * st.expert_bytes,
+                    "{name}: {st:?}"
+                );
+                // With the late copies, every chosen expert in host memory
+                // that was not copied ahead is copied after the router.
+                assert_eq!(
+                    st.late,
+                    if late { st.read_on_use() } else { 0 },
                     "{name}: {st:?}"
                 );
                 if wait {

@@ -141,6 +141,10 @@ pub struct PrefetchStats {
     /// Bytes of those copies left undone: the copy of a predicted expert
     /// stops once its layer's router has chosen without it.
     pub stopped_bytes: u64,
+    /// Chosen experts held outside device memory that were not copied
+    /// ahead but copied in after the router (instead of read by the
+    /// products); counted among `read_on_use`'s.
+    pub late: u64,
     /// Bytes of one expert (gate, up and down).
     pub expert_bytes: u64,
 }
