@@ -292,6 +292,14 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             eprintln!("warning: {w}");
         }
         eprintln!("{}", residency_line(&model));
+        let (bytes, took) = c.reserved();
+        if bytes > 0 {
+            eprintln!(
+                "expert cache: {} of buffers faulted in at load ({:.1}s)",
+                human_bytes(bytes),
+                took.as_secs_f64()
+            );
+        }
     }
     let mut model = model;
     let cuda = match args.device {

@@ -2,15 +2,17 @@
 //! through a cache with a byte budget, instead of all resident.
 //!
 //! An entry is one expert of one layer: its gate, up and down bytes, exactly
-//! as stored in the file, together in one 4096-aligned buffer. Entries are
+//! as stored in the file, each slice in a page-aligned buffer. Entries are
 //! handed out as `Arc`s, so a forward pass holds the experts it selected while
 //! it computes even if the cache evicts them meanwhile (the memory in use can
 //! exceed the budget by the experts of one layer in flight). Misses are read
-//! with positioned reads (`pread`) on a pool of reader threads, a layer's
-//! missing experts and each expert's three slices at once, optionally with
-//! `O_DIRECT` (bypassing the page cache: the aligned range
-//! around each slice is read into the aligned buffer and the slice used in
-//! place). Eviction is least-recently-used.
+//! with positioned reads (`pread`), one request per slice, on reader threads
+//! blocked on a queue, so a layer's missing slices all reach the disk at
+//! once; optionally with `O_DIRECT` (bypassing the page cache: the aligned
+//! range around each slice is read into the buffer and the slice used in
+//! place). Buffers are recycled through a pool faulted in up front (fresh
+//! memory is slower than the disk on some machines). Eviction is
+//! least-recently-used.
 //!
 //! The bytes are those the mapping would have given, and the kernels are the
 //! same: outputs are bit-identical to the all-resident model.
@@ -22,11 +24,11 @@
 //! second time, and [`ExpertCache::get`] waits for it instead. Fetched entries
 //! are inserted as normal entries.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use redlite_gguf::GgufFile;
@@ -37,12 +39,28 @@ use crate::ModelError;
 /// Alignment of buffers, file offsets and lengths for `O_DIRECT`.
 pub const ALIGN: usize = 4096;
 
-/// Reader threads of demand reads (a layer's misses, each expert's three
-/// slices at once): the most requests a forward pass keeps in flight.
-const DEMAND_READERS: usize = 16;
+/// Reader threads of demand reads, one request (one slice: an expert's
+/// gate, up or down) each: a layer's misses of a token (10 experts, 30
+/// slices) all reach the disk at once.
+const DEMAND_READERS: usize = 32;
 /// Reader threads of prefetch: the most prefetch requests in flight, so
 /// reads ahead never crowd out the demand reads a step waits on.
 const PREFETCH_READERS: usize = 6;
+
+/// Demand and prefetch reader threads: the defaults above, or
+/// `REDLITE_EXPERT_READERS=DEMAND,PREFETCH` (for measurements; each at
+/// least 1, at most 256).
+fn reader_counts() -> (usize, usize) {
+    let parse = |v: &str| -> Option<(usize, usize)> {
+        let (a, b) = v.split_once(',')?;
+        let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+        ((1..=256).contains(&a) && (1..=256).contains(&b)).then_some((a, b))
+    };
+    std::env::var("REDLITE_EXPERT_READERS")
+        .ok()
+        .and_then(|v| parse(&v))
+        .unwrap_or((DEMAND_READERS, PREFETCH_READERS))
+}
 
 /// How the routed experts are streamed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,18 +206,30 @@ struct LayerLayout {
     entry_bytes: usize,
 }
 
-/// One expert's gate, up and down bytes in one aligned buffer.
+/// One expert's gate, up and down bytes, each slice in its own page-aligned
+/// buffer (each slice is read by its own request).
 pub struct ExpertEntry {
-    buf: Vec<u8>,
-    /// `(start, len)` in `buf` of gate, up, down.
+    bufs: [Option<Buf>; 3],
+    /// `(start, len)` of gate, up, down in their buffers.
     parts: [(usize, usize); 3],
     bytes: usize,
+    /// Where the buffers go when the entry is dropped (evicted and no longer
+    /// used by a forward pass).
+    pool: Weak<BufPool>,
+}
+
+impl Drop for ExpertEntry {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give(self.bufs.iter_mut().filter_map(Option::take));
+        }
+    }
 }
 
 impl ExpertEntry {
     fn part(&self, i: usize) -> &[u8] {
         let (s, n) = self.parts[i];
-        &self.buf[s..s + n]
+        self.bufs[i].as_ref().map_or(&[][..], |b| &b[s..s + n])
     }
     pub fn gate(&self) -> &[u8] {
         self.part(0)
@@ -255,40 +285,231 @@ impl Inner {
 /// The routed-expert cache of a model (see the module docs).
 pub struct ExpertCache {
     layers: Vec<LayerLayout>,
-    shards: Vec<Shard>,
+    shards: Vec<Arc<Shard>>,
     budget: u64,
     inner: Mutex<Inner>,
     warnings: Vec<String>,
-    /// Buffers of evicted entries, reused for the next misses (a fresh
-    /// buffer costs zeroing and page faults on every miss otherwise).
-    pool: Mutex<Vec<Vec<u8>>>,
+    /// Buffers of dropped entries (and, at start, of the whole budget),
+    /// reused for the next misses.
+    pool: Arc<BufPool>,
+    /// Bytes of buffers faulted in at start, and the time it took.
+    reserved: (u64, Duration),
     /// Signalled whenever reads leave the in-flight set.
     done: Condvar,
     prefetch: bool,
     prefetch_top: Option<usize>,
-    /// The threads that read: persistent (no thread started per read), one
-    /// pool for demand reads and a smaller one for prefetch.
-    demand_io: rayon::ThreadPool,
-    prefetch_io: rayon::ThreadPool,
+    /// The threads that read, one request (one slice) each at a time:
+    /// persistent (no thread started per read), one pool for demand reads
+    /// and a smaller one for prefetch.
+    demand_io: Readers,
+    prefetch_io: Readers,
 }
 
-/// Takes a key out of the in-flight set (and wakes the waiters) when
-/// dropped, so that a failed or panicking read never leaves it claimed.
-struct Release<'a> {
-    cache: &'a ExpertCache,
+/// A page-aligned buffer of anonymous memory, from the pool or mapped by a
+/// reader thread (never a heap `vec![0; n]`: at this size it was memset on
+/// the thread handing out the reads, a quarter of the run time).
+type Buf = memmap2::MmapMut;
+
+/// One slice read into its buffer: the bytes start at `start`.
+struct SliceRead {
+    buf: Buf,
+    start: usize,
+}
+
+/// The three slice reads of one prefetched expert. Each read holds it; the
+/// last to finish (or to be dropped, on failure or panic) inserts the entry
+/// when all three succeeded, then takes the key out of the in-flight set and
+/// wakes the waiters, so a failed read never leaves it claimed.
+struct PendingPrefetch {
+    cache: Arc<ExpertCache>,
     key: Key,
+    got: Mutex<[Option<SliceRead>; 3]>,
 }
 
-impl Drop for Release<'_> {
+impl Drop for PendingPrefetch {
     fn drop(&mut self) {
-        self.cache.lock().inflight.remove(&self.key);
-        self.cache.done.notify_all();
+        let cache = &self.cache;
+        let (il, _) = self.key;
+        let got = std::mem::take(self.got.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let entry = cache
+            .layers
+            .get(il)
+            .and_then(|layout| cache.assemble(layout, got));
+        let mut g = cache.lock();
+        if let Some(entry) = entry {
+            g.stats[il].prefetches += 1;
+            g.stats[il].prefetch_bytes += cache.expert_bytes(il);
+            cache.insert(&mut g, self.key, Arc::new(entry));
+        }
+        g.inflight.remove(&self.key);
+        drop(g);
+        cache.done.notify_all();
     }
 }
 
-/// Most buffers kept for reuse (memory beyond the budget: at most this
-/// many entries).
-const POOL_MAX: usize = 32;
+/// Work for a reader thread.
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Reader threads blocked on a queue: handing in a job wakes one of them at
+/// once (no spinning, no wake-up ramp), so every request of a batch reaches
+/// the disk together. The threads end when the pool is dropped and the
+/// queue is empty.
+struct Readers {
+    shared: Arc<ReadersShared>,
+}
+
+struct ReadersShared {
+    /// Waiting jobs, and whether the pool is closed.
+    queue: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+impl Readers {
+    fn new(n: usize, name: &str) -> Result<Readers, ModelError> {
+        let shared = Arc::new(ReadersShared {
+            queue: Mutex::new((VecDeque::new(), false)),
+            ready: Condvar::new(),
+        });
+        for i in 0..n {
+            let sh = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || sh.work())
+                .map_err(|e| {
+                    ModelError::Input(format!("starting the expert reader threads: {e}"))
+                })?;
+        }
+        Ok(Readers { shared })
+    }
+
+    fn submit(&self, job: Job) {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.0.push_back(job);
+        drop(q);
+        self.shared.ready.notify_one();
+    }
+}
+
+impl ReadersShared {
+    fn work(&self) {
+        loop {
+            let job = {
+                let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if let Some(j) = q.0.pop_front() {
+                        break j;
+                    }
+                    if q.1 {
+                        return;
+                    }
+                    q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            // A panicking job drops what it holds (its result sender, its
+            // pending prefetch), which reports the failure; the thread goes on.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        }
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        // Not joined: the last owner of the cache may be a reader thread
+        // finishing a prefetch.
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1 = true;
+        self.shared.ready.notify_all();
+    }
+}
+
+/// Slice buffers for reuse. Fresh memory is slow: the kernel zeroes every
+/// page on first touch, and on a virtual machine the host may back it then
+/// too (1.3 GB/s measured on one, against 5.6 MB of misses a layer); a
+/// cache that filled its budget with fresh buffers spent half its time
+/// there. So buffers are recycled, and the budget is faulted in up front.
+struct BufPool {
+    inner: Mutex<(Vec<Buf>, u64)>,
+    /// Most bytes held (the budget: entries leaving the cache feed it, reads
+    /// drain it, so cache plus pool stay near the budget).
+    cap: u64,
+}
+
+impl BufPool {
+    /// A buffer of `len` bytes from the pool. When none has that size, one
+    /// of another size is released (so that allocating a fresh one keeps
+    /// the total where it was) and `None` returned.
+    fn take(&self, len: usize) -> Option<Buf> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let i = match g.0.iter().rposition(|b| b.len() == len) {
+            Some(i) => i,
+            None => {
+                if let Some(b) = g.0.pop() {
+                    g.1 -= b.len() as u64;
+                }
+                return None;
+            }
+        };
+        let b = g.0.swap_remove(i);
+        g.1 -= b.len() as u64;
+        Some(b)
+    }
+
+    /// Bytes held now.
+    fn held(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+
+    fn give(&self, bufs: impl IntoIterator<Item = Buf>) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for b in bufs {
+            if g.1 + b.len() as u64 <= self.cap {
+                g.1 += b.len() as u64;
+                g.0.push(b);
+            }
+        }
+    }
+}
+
+/// A fresh buffer of `len` bytes with its pages faulted in by the kernel
+/// when it is mapped (`MAP_POPULATE`).
+fn faulted_buf(len: usize) -> std::io::Result<Buf> {
+    memmap2::MmapOptions::new().len(len).populate().map_anon()
+}
+
+/// The pool with the budget's worth of entries of the first layer's slice
+/// sizes faulted in, at most every expert of the file (where every layer has
+/// those sizes; otherwise empty, and buffers are made as reads need them).
+/// 4 GiB took 6.6–7.7 s on a virtual machine where fresh memory is slow.
+fn prefaulted_pool(layers: &[LayerLayout], budget: u64) -> Result<Arc<BufPool>, ModelError> {
+    use rayon::prelude::*;
+    let pool = BufPool {
+        inner: Mutex::new((Vec::new(), 0)),
+        cap: budget,
+    };
+    let sections = |l: &LayerLayout| l.parts.each_ref().map(Slice::section);
+    if let Some(first) = layers.first() {
+        if layers.iter().all(|l| sections(l) == sections(first)) && first.entry_bytes > 0 {
+            // No more than every expert of the file (a budget may be larger).
+            let all = layers.len() as u64 * first.parts[0].n_exp as u64;
+            let n = (budget / first.entry_bytes as u64).min(all) as usize;
+            let sec = sections(first);
+            let bufs = (0..3 * n)
+                .into_par_iter()
+                .map(|i| faulted_buf(sec[i % 3]))
+                .collect::<std::io::Result<Vec<Buf>>>()
+                .map_err(|e| {
+                    ModelError::Input(format!(
+                        "reserving the expert cache ({budget} bytes of memory): {e}"
+                    ))
+                })?;
+            pool.give(bufs);
+        }
+    }
+    Ok(Arc::new(pool))
+}
 
 fn tensor_err(path: &Path, tensor: &str, msg: String) -> ModelError {
     ModelError::Tensor {
@@ -371,37 +592,42 @@ impl ExpertCache {
             } else {
                 None
             };
-            shards.push(Shard {
+            shards.push(Arc::new(Shard {
                 path: path.to_path_buf(),
                 buffered,
                 direct,
-            });
+            }));
         }
         let inner = Inner {
             stats: vec![ExpertCacheCounters::default(); layers.len()],
             predicted: vec![None; layers.len()],
             ..Inner::default()
         };
-        let readers = |n: usize, name: &'static str| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(move |i| format!("{name}-{i}"))
-                .build()
-                .map_err(|e| ModelError::Input(format!("starting the expert reader threads: {e}")))
-        };
+        let (demand_readers, prefetch_readers) = reader_counts();
+        let t0 = Instant::now();
+        let pool = prefaulted_pool(&layers, opts.budget)?;
+        let reserved = (pool.held(), t0.elapsed());
         Ok(ExpertCache {
             layers,
             shards,
             budget: opts.budget,
             inner: Mutex::new(inner),
             warnings,
-            pool: Mutex::new(Vec::new()),
+            pool,
+            reserved,
             done: Condvar::new(),
             prefetch: opts.prefetch,
             prefetch_top: opts.prefetch_top,
-            demand_io: readers(DEMAND_READERS, "expert-read")?,
-            prefetch_io: readers(PREFETCH_READERS, "expert-prefetch")?,
+            demand_io: Readers::new(demand_readers, "expert-read")?,
+            prefetch_io: Readers::new(prefetch_readers, "expert-prefetch")?,
         })
+    }
+
+    /// Bytes of entry buffers faulted in when the cache was made (the
+    /// budget, where every layer's experts have the same shape), and the
+    /// time that took.
+    pub fn reserved(&self) -> (u64, Duration) {
+        self.reserved
     }
 
     /// The smallest budget that holds one expert of every layer.
@@ -594,47 +820,137 @@ impl ExpertCache {
             }
         }
         for e in claimed {
-            let cache = Arc::clone(self);
-            self.prefetch_io.spawn(move || cache.prefetch_one(il, e));
+            let pending = Arc::new(PendingPrefetch {
+                cache: Arc::clone(self),
+                key: (il, e),
+                got: Mutex::new([None, None, None]),
+            });
+            for (k, p) in layout.parts.iter().enumerate() {
+                let pending = Arc::clone(&pending);
+                let job = self.slice_job(p, e, move |r| {
+                    if let Ok(r) = r {
+                        pending.got.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(r);
+                    }
+                });
+                self.prefetch_io.submit(job);
+            }
         }
     }
 
-    /// Read expert `e` of layer `il` (claimed in flight) and insert it; a
-    /// failed read is dropped (the demand read reports it).
-    fn prefetch_one(&self, il: usize, e: usize) {
-        let _release = Release {
-            cache: self,
-            key: (il, e),
-        };
-        let Some(layout) = self.layers.get(il) else {
-            return;
-        };
-        if let Ok(entry) = self.read(layout, e) {
-            let mut g = self.lock();
-            g.stats[il].prefetches += 1;
-            g.stats[il].prefetch_bytes += self.expert_bytes(il);
-            self.insert(&mut g, (il, e), Arc::new(entry));
+    /// Return buffers to the pool.
+    fn give_bufs(&self, bufs: impl IntoIterator<Item = Buf>) {
+        self.pool.give(bufs)
+    }
+
+    /// The job that reads expert `e`'s slice of `p` into a buffer of its own
+    /// (a pooled one, or one mapped by the reader thread) and hands the
+    /// result to `done` (on the reader thread).
+    fn slice_job(
+        &self,
+        p: &Slice,
+        e: usize,
+        done: impl FnOnce(std::io::Result<SliceRead>) + Send + 'static,
+    ) -> Job {
+        let shard = Arc::clone(&self.shards[p.shard]);
+        let off = p.first + e as u64 * p.stride;
+        let (len, section) = (p.len, p.section());
+        let pooled = self.pool.take(section);
+        Box::new(move || {
+            let mut buf = match pooled {
+                Some(b) => b,
+                None => match memmap2::MmapMut::map_anon(section) {
+                    Ok(b) => b,
+                    Err(e) => return done(Err(e)),
+                },
+            };
+            let r = read_slice(&shard, off, len, &mut buf[..section])
+                .map(|start| SliceRead { buf, start });
+            done(r)
+        })
+    }
+
+    /// The entry made of three slice reads (`None` unless all three are
+    /// there; the buffers of an incomplete set go back to the pool).
+    fn assemble(&self, layout: &LayerLayout, got: [Option<SliceRead>; 3]) -> Option<ExpertEntry> {
+        match got {
+            [Some(g), Some(u), Some(d)] => Some(ExpertEntry {
+                parts: [
+                    (g.start, layout.parts[0].len),
+                    (u.start, layout.parts[1].len),
+                    (d.start, layout.parts[2].len),
+                ],
+                bufs: [Some(g.buf), Some(u.buf), Some(d.buf)],
+                bytes: layout.entry_bytes,
+                pool: Arc::downgrade(&self.pool),
+            }),
+            got => {
+                self.give_bufs(got.into_iter().flatten().map(|r| r.buf));
+                None
+            }
         }
     }
 
-    /// Experts `ids` of a layer read from the file, all at once on the
-    /// demand readers (each expert's slices in parallel too).
+    /// Experts `ids` of a layer read from the file, every slice of every
+    /// expert a request of its own, all handed to the demand readers at once.
     fn read_many(
         &self,
         layout: &LayerLayout,
         ids: impl Iterator<Item = usize>,
     ) -> Vec<Result<ExpertEntry, ModelError>> {
         let ids: Vec<usize> = ids.collect();
-        let mut read: Vec<Option<Result<ExpertEntry, ModelError>>> =
-            (0..ids.len()).map(|_| None).collect();
-        self.demand_io.scope(|s| {
-            for (slot, &e) in read.iter_mut().zip(&ids) {
-                s.spawn(move |_| *slot = Some(self.read(layout, e)));
+        let mut errs: Vec<Option<ModelError>> = (0..ids.len()).map(|_| None).collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (i, &e) in ids.iter().enumerate() {
+            if let Some(p) = layout.parts.iter().find(|p| e >= p.n_exp) {
+                errs[i] = Some(tensor_err(
+                    &self.shards[p.shard].path,
+                    &p.tensor,
+                    format!("expert {e} of {}", p.n_exp),
+                ));
+                continue;
             }
-        });
-        read.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(ModelError::Input("an expert read did not run".into())))
+            for (k, p) in layout.parts.iter().enumerate() {
+                let tx = tx.clone();
+                let job = self.slice_job(p, e, move |r| {
+                    let _ = tx.send((i, k, r));
+                });
+                self.demand_io.submit(job);
+            }
+        }
+        // Ends when every job has sent (or, panicking, dropped) its sender.
+        drop(tx);
+        let mut got: Vec<[Option<SliceRead>; 3]> =
+            (0..ids.len()).map(|_| [None, None, None]).collect();
+        for (i, k, r) in rx {
+            match r {
+                Ok(r) => got[i][k] = Some(r),
+                Err(ioe) => {
+                    let p = &layout.parts[k];
+                    let shard = &self.shards[p.shard];
+                    let off = p.first + ids[i] as u64 * p.stride;
+                    errs[i].get_or_insert(tensor_err(
+                        &shard.path,
+                        &p.tensor,
+                        format!(
+                            "reading expert {} ({} bytes at byte {off} of {}): {ioe}",
+                            ids[i],
+                            p.len,
+                            shard.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        got.into_iter()
+            .zip(errs)
+            .map(|(got, err)| match err {
+                Some(e) => {
+                    self.give_bufs(got.into_iter().flatten().map(|r| r.buf));
+                    Err(e)
+                }
+                None => self
+                    .assemble(layout, got)
+                    .ok_or_else(|| ModelError::Input("an expert slice read did not run".into())),
             })
             .collect()
     }
@@ -650,13 +966,8 @@ impl ExpertCache {
             if let Some((old, _)) = g.map.remove(&old_key) {
                 g.used -= old.bytes as u64;
                 g.stats[old_key.0].evictions += 1;
-                // Not in use by a forward pass: keep its buffer.
-                if let Ok(old) = Arc::try_unwrap(old) {
-                    let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-                    if pool.len() < POOL_MAX {
-                        pool.push(old.buf);
-                    }
-                }
+                // Its buffers return to the pool when the last user drops it.
+                drop(old);
             }
         }
         g.tick += 1;
@@ -668,80 +979,6 @@ impl ExpertCache {
         }
         g.lru.insert(tick, key);
         g.used += bytes;
-    }
-
-    /// Read expert `e` of a layer from the file.
-    fn read(&self, layout: &LayerLayout, e: usize) -> Result<ExpertEntry, ModelError> {
-        let want = layout.entry_bytes + ALIGN;
-        let pooled = self
-            .pool
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .filter(|b| b.len() == want);
-        let mut buf = pooled.unwrap_or_else(|| vec![0u8; want]);
-        let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
-        // The three slices (gate, up, down) are read at once, each into its
-        // own section of the buffer: three requests in flight instead of one
-        // after another keeps the disk's queue fuller.
-        let mut jobs = Vec::with_capacity(layout.parts.len());
-        {
-            let mut rest = &mut buf[base..];
-            for p in &layout.parts {
-                let shard = &self.shards[p.shard];
-                if e >= p.n_exp {
-                    return Err(tensor_err(
-                        &shard.path,
-                        &p.tensor,
-                        format!("expert {e} of {}", p.n_exp),
-                    ));
-                }
-                let (dst, tail) = std::mem::take(&mut rest).split_at_mut(p.section());
-                rest = tail;
-                jobs.push((p, shard, p.first + e as u64 * p.stride, dst));
-            }
-        }
-        let read_one = |(p, shard, off, dst): (&Slice, &Shard, u64, &mut [u8])| {
-            read_slice(shard, off, p.len, dst).map_err(|ioe| {
-                tensor_err(
-                    &shard.path,
-                    &p.tensor,
-                    format!(
-                        "reading expert {e} ({} bytes at byte {off} of {}): {ioe}",
-                        p.len,
-                        shard.path.display()
-                    ),
-                )
-            })
-        };
-        // On the reader pool this runs in (demand or prefetch): the first
-        // slice here, the others on the pool's other threads.
-        let mut starts: Vec<Option<Result<usize, ModelError>>> =
-            (0..jobs.len()).map(|_| None).collect();
-        rayon::scope(|sc| {
-            let mut it = starts.iter_mut().zip(jobs);
-            let first = it.next();
-            for (slot, j) in it {
-                sc.spawn(move |_| *slot = Some(read_one(j)));
-            }
-            if let Some((slot, j)) = first {
-                *slot = Some(read_one(j));
-            }
-        });
-        let starts = starts.into_iter().map(|r| {
-            r.unwrap_or_else(|| Err(ModelError::Input("an expert slice read did not run".into())))
-        });
-        let mut parts = [(0usize, 0usize); 3];
-        let mut at = base;
-        for (k, (p, start)) in layout.parts.iter().zip(starts).enumerate() {
-            parts[k] = (at + start?, p.len);
-            at += p.section();
-        }
-        Ok(ExpertEntry {
-            buf,
-            parts,
-            bytes: layout.entry_bytes,
-        })
     }
 }
 
@@ -802,4 +1039,39 @@ fn open_direct(path: &Path) -> std::io::Result<File> {
     let base = buf.as_ptr().align_offset(ALIGN).min(ALIGN);
     f.read_at(&mut buf[base..base + ALIGN], 0)?;
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page() -> Buf {
+        faulted_buf(ALIGN).expect("mapping one page")
+    }
+
+    #[test]
+    fn buffer_pool_is_bounded_and_trades_sizes() {
+        let pool = BufPool {
+            inner: Mutex::new((Vec::new(), 0)),
+            cap: 3 * ALIGN as u64,
+        };
+        pool.give((0..4).map(|_| page()));
+        assert_eq!(pool.held(), 3 * ALIGN as u64, "the cap bounds what is kept");
+        let b = pool.take(ALIGN).expect("a buffer of the size held");
+        assert_eq!(b.len(), ALIGN);
+        assert_eq!(pool.held(), 2 * ALIGN as u64);
+        // No buffer of that size: one of another size is released instead.
+        assert!(pool.take(2 * ALIGN).is_none());
+        assert_eq!(pool.held(), ALIGN as u64);
+        pool.give([b]);
+        assert_eq!(pool.held(), 2 * ALIGN as u64);
+    }
+
+    #[test]
+    fn faulted_buffers_are_zero_and_page_aligned() {
+        let b = faulted_buf(5 * ALIGN).expect("mapping");
+        assert_eq!(b.len(), 5 * ALIGN);
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+        assert!(b.iter().all(|&x| x == 0));
+    }
 }
