@@ -64,6 +64,21 @@ pub struct LoadArgs {
     /// with experts in host memory: 80%, 8 of 10; 0 is --no-expert-prefetch).
     #[arg(long, value_name = "N", help_heading = "Loading")]
     pub expert_prefetch_top: Option<usize>,
+    /// With --expert-cache on the CPU: which experts the cache drops first. `lru` (the
+    /// default): the least recently used. `freq`: the least used over the run, with ageing
+    /// (an expert's priority is its count of uses plus the priority of the last one
+    /// dropped, so one popular long ago ages out).
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "lru",
+        help_heading = "Loading"
+    )]
+    pub expert_cache_policy: redlite_model::CachePolicy,
+    /// With --expert-cache on the CPU: give each layer an equal share of the budget
+    /// (each drops its own experts) instead of one pool for all layers.
+    #[arg(long, help_heading = "Loading")]
+    pub expert_cache_per_layer: bool,
     /// Where the forward pass runs: `cpu`, `cuda` (device 0), `cuda:N`, or `auto` (the
     /// default: the first CUDA device when one can be used, else the CPU). On CUDA the
     /// weights are uploaded in their stored format, one-token and verify products take 16-bit
@@ -212,6 +227,8 @@ impl LoadArgs {
             direct_io: self.direct_io,
             prefetch: !self.no_expert_prefetch,
             prefetch_top: self.expert_prefetch_top,
+            policy: self.expert_cache_policy,
+            per_layer: self.expert_cache_per_layer,
         })
     }
 }

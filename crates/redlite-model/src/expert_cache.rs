@@ -24,7 +24,7 @@
 //! second time, and [`ExpertCache::get`] waits for it instead. Fetched entries
 //! are inserted as normal entries.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -77,6 +77,10 @@ pub struct ExpertCacheOptions {
     /// How many of the predicted experts to read ahead (the most likely
     /// first); `None`: [`default_prefetch_count`] of the experts per token.
     pub prefetch_top: Option<usize>,
+    /// The eviction order (see [`CachePolicy`]).
+    pub policy: CachePolicy,
+    /// Each layer holds at most `budget / layers` bytes.
+    pub per_layer: bool,
 }
 
 /// Predicted experts read ahead by default: 60% of the experts per token,
@@ -253,14 +257,12 @@ struct Shard {
     direct: Option<File>,
 }
 
-type Key = (usize, usize);
+use crate::cache_policy::{CachePolicy, Key, Residency};
 
-#[derive(Default)]
 struct Inner {
-    map: HashMap<Key, (Arc<ExpertEntry>, u64)>,
-    lru: BTreeMap<u64, Key>,
-    tick: u64,
-    used: u64,
+    map: HashMap<Key, Arc<ExpertEntry>>,
+    /// What is held, in eviction order (the policy).
+    residency: Residency,
     stats: Vec<ExpertCacheCounters>,
     /// Entries being read (by `get` or a prefetch).
     inflight: HashSet<Key>,
@@ -269,15 +271,11 @@ struct Inner {
 }
 
 impl Inner {
-    /// The entry of `key` if held, made most recently used.
-    fn touch(&mut self, key: Key) -> Option<Arc<ExpertEntry>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (entry, last) = self.map.get_mut(&key)?;
-        let old = std::mem::replace(last, tick);
-        let entry = entry.clone();
-        self.lru.remove(&old);
-        self.lru.insert(tick, key);
+    /// The entry of `key` if held, re-ranked by the policy (`used`: by a
+    /// forward pass, which counts as a use; not by a prefetch).
+    fn touch(&mut self, key: Key, used: bool) -> Option<Arc<ExpertEntry>> {
+        let entry = self.map.get(&key)?.clone();
+        self.residency.touch(key, used);
         Some(entry)
     }
 }
@@ -339,7 +337,7 @@ impl Drop for PendingPrefetch {
         if let Some(entry) = entry {
             g.stats[il].prefetches += 1;
             g.stats[il].prefetch_bytes += cache.expert_bytes(il);
-            cache.insert(&mut g, self.key, Arc::new(entry));
+            cache.insert(&mut g, self.key, Arc::new(entry), false);
         }
         g.inflight.remove(&self.key);
         drop(g);
@@ -599,9 +597,11 @@ impl ExpertCache {
             }));
         }
         let inner = Inner {
+            map: HashMap::new(),
+            residency: Residency::new(opts.policy, opts.per_layer, opts.budget, layers.len()),
             stats: vec![ExpertCacheCounters::default(); layers.len()],
+            inflight: HashSet::new(),
             predicted: vec![None; layers.len()],
-            ..Inner::default()
         };
         let (demand_readers, prefetch_readers) = reader_counts();
         let t0 = Instant::now();
@@ -683,7 +683,7 @@ impl ExpertCache {
         ExpertCacheStats {
             budget: self.budget,
             entry_bytes: self.min_budget(),
-            resident_bytes: g.used,
+            resident_bytes: g.residency.used(),
             entries: g.map.len(),
             direct_io: self.direct_io(),
             prefetch: self.prefetch,
@@ -730,7 +730,7 @@ impl ExpertCache {
                 let mut g = self.lock();
                 for &i in &todo {
                     let key = (il, experts[i]);
-                    if let Some(entry) = g.touch(key) {
+                    if let Some(entry) = g.touch(key, true) {
                         out[i] = Some(entry);
                         g.stats[il].hits += 1;
                         if waited[i] {
@@ -758,7 +758,7 @@ impl ExpertCache {
                             let entry = Arc::new(entry);
                             g.stats[il].misses += 1;
                             g.stats[il].bytes_read += self.expert_bytes(il);
-                            self.insert(&mut g, key, entry.clone());
+                            self.insert(&mut g, key, entry.clone(), true);
                             out[i] = Some(entry);
                         }
                         Err(e) => {
@@ -812,7 +812,7 @@ impl ExpertCache {
             g.predicted[il] = Some(experts.to_vec());
             for &e in experts {
                 let key = (il, e);
-                if e >= n_exp || g.touch(key).is_some() || g.inflight.contains(&key) {
+                if e >= n_exp || g.touch(key, false).is_some() || g.inflight.contains(&key) {
                     continue;
                 }
                 g.inflight.insert(key);
@@ -955,30 +955,18 @@ impl ExpertCache {
             .collect()
     }
 
-    /// Insert `entry` as the most recently used, evicting the least
-    /// recently used to stay within the budget.
-    fn insert(&self, g: &mut Inner, key: Key, entry: Arc<ExpertEntry>) {
+    /// Insert `entry` (`used`: read on demand, a use; a prefetch is not),
+    /// evicting what the policy ranks lowest to stay within the budget (and
+    /// the layer's quota).
+    fn insert(&self, g: &mut Inner, key: Key, entry: Arc<ExpertEntry>, used: bool) {
         let bytes = entry.bytes as u64;
-        while g.used + bytes > self.budget {
-            let Some((_, old_key)) = g.lru.pop_first() else {
-                break;
-            };
-            if let Some((old, _)) = g.map.remove(&old_key) {
-                g.used -= old.bytes as u64;
-                g.stats[old_key.0].evictions += 1;
-                // Its buffers return to the pool when the last user drops it.
-                drop(old);
-            }
+        // Read twice (a demand read beside a prefetch): keep the newer.
+        g.map.insert(key, entry);
+        for old in g.residency.admit(key, bytes, used) {
+            g.stats[old.0].evictions += 1;
+            // Its buffers return to the pool when the last user drops it.
+            g.map.remove(&old);
         }
-        g.tick += 1;
-        let tick = g.tick;
-        if let Some((old, last)) = g.map.insert(key, (entry, tick)) {
-            // Read twice: keep the newer.
-            g.used -= old.bytes as u64;
-            g.lru.remove(&last);
-        }
-        g.lru.insert(tick, key);
-        g.used += bytes;
     }
 }
 

@@ -15,6 +15,7 @@ use redlite_backend::{Backend, CpuBackend};
 pub use redlite_gguf::LoadOptions;
 use redlite_gguf::{GgufError, GgufFile};
 
+mod cache_policy;
 mod config;
 mod device;
 mod expert_cache;
@@ -22,6 +23,7 @@ mod qwen3next;
 mod rope;
 pub mod weights;
 
+pub use cache_policy::CachePolicy;
 pub use config::Config;
 pub use device::{DeviceForward, DeviceState, PrefetchStats, StepTrail, Verified};
 pub use expert_cache::{

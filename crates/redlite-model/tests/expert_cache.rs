@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use redlite_model::{ExpertCacheOptions, LoadOptions, Model};
+use redlite_model::{CachePolicy, ExpertCacheOptions, LoadOptions, Model};
 use redlite_testkit::fixture;
 
 const MODELS: [&str; 3] = [
@@ -24,6 +24,20 @@ fn streamed_with(
     direct_io: bool,
     prefetch: bool,
 ) -> Result<Model, redlite_model::ModelError> {
+    streamed_opts(
+        name,
+        ExpertCacheOptions {
+            budget,
+            direct_io,
+            prefetch,
+            prefetch_top: None,
+            policy: CachePolicy::Lru,
+            per_layer: false,
+        },
+    )
+}
+
+fn streamed_opts(name: &str, opts: ExpertCacheOptions) -> Result<Model, redlite_model::ModelError> {
     let be = redlite_backend::CpuBackend::new(None).expect("thread pool");
     Model::load_streaming(
         &fixture(name),
@@ -32,12 +46,7 @@ fn streamed_with(
             prefetch: true,
             ..LoadOptions::default()
         },
-        Some(&ExpertCacheOptions {
-            budget,
-            direct_io,
-            prefetch,
-            prefetch_top: None,
-        }),
+        Some(&opts),
         &mut |_, _| {},
     )
 }
@@ -98,6 +107,45 @@ fn two_expert_cache_is_bit_identical_to_resident() {
             got.2,
             s.total().hit_rate()
         );
+    }
+}
+
+/// Every eviction policy, with and without per-layer quotas, keeps the
+/// outputs bit-identical and the cache within its budget.
+#[test]
+fn every_policy_is_bit_identical_to_resident() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "prose");
+    let name = "tiny-s-CF2mix.gguf";
+    let resident = load(name);
+    let want = outputs(&resident, &prompt);
+    let min = min_budget(name);
+    for policy in [CachePolicy::Lru, CachePolicy::Frequency] {
+        for per_layer in [false, true] {
+            let budget = 3 * min;
+            let m = streamed_opts(
+                name,
+                ExpertCacheOptions {
+                    budget,
+                    direct_io: false,
+                    prefetch: true,
+                    prefetch_top: None,
+                    policy,
+                    per_layer,
+                },
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = outputs(&m, &prompt);
+            let what = format!("{policy:?}, per layer {per_layer}");
+            assert!(
+                want == got,
+                "{what}: outputs differ from the resident model"
+            );
+            let s = m.expert_cache_stats().expect("stats");
+            assert!(s.resident_bytes <= budget, "{what}: over budget");
+            assert!(s.total().evictions > 0, "{what}: never evicted");
+            println!("{what}: hit rate {:.3}", s.total().hit_rate());
+        }
     }
 }
 
@@ -197,6 +245,8 @@ fn a_budget_below_one_expert_is_a_clear_error() {
             direct_io: false,
             prefetch: true,
             prefetch_top: None,
+            policy: CachePolicy::Lru,
+            per_layer: false,
         }),
         &mut |_, _| {},
     )
