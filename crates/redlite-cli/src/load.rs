@@ -64,14 +64,15 @@ pub struct LoadArgs {
     /// with experts in host memory: 80%, 8 of 10; 0 is --no-expert-prefetch).
     #[arg(long, value_name = "N", help_heading = "Loading")]
     pub expert_prefetch_top: Option<usize>,
-    /// With --expert-cache on the CPU: which experts the cache drops first. `lru` (the
-    /// default): the least recently used. `freq`: the least used over the run, with ageing
-    /// (an expert's priority is its count of uses plus the priority of the last one
-    /// dropped, so one popular long ago ages out).
+    /// With --expert-cache on the CPU: which experts the cache drops first. `freq` (the
+    /// default): the least used over the run, with ageing (an expert's priority is its count
+    /// of uses plus the priority of the last one dropped, so one popular long ago ages out;
+    /// measured: 37.2% hits against LRU's 33.8% over 160 tokens of skewed routing, as good
+    /// with uniform routing). `lru`: the least recently used.
     #[arg(
         long,
         value_name = "POLICY",
-        default_value = "lru",
+        default_value = "freq",
         help_heading = "Loading"
     )]
     pub expert_cache_policy: redlite_model::CachePolicy,

@@ -23,9 +23,10 @@ pub type Key = (usize, usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CachePolicy {
     /// Least recently used first.
-    #[default]
     Lru,
-    /// Lowest `age + uses` first (LFU with dynamic ageing).
+    /// Lowest `age + uses` first (LFU with dynamic ageing): the default, for
+    /// its hit rate (`bench/RESULTS.md`, 2026-12-03).
+    #[default]
     Frequency,
 }
 
