@@ -11,8 +11,9 @@
 //! once; optionally with `O_DIRECT` (bypassing the page cache: the aligned
 //! range around each slice is read into the buffer and the slice used in
 //! place). Buffers are recycled through a pool faulted in up front (fresh
-//! memory is slower than the disk on some machines). Eviction is
-//! least-recently-used.
+//! memory is slower than the disk on some machines). What is evicted first
+//! is the policy's choice (`cache_policy`: frequency with ageing by default,
+//! or LRU; optionally per-layer quotas).
 //!
 //! The bytes are those the mapping would have given, and the kernels are the
 //! same: outputs are bit-identical to the all-resident model.
@@ -304,7 +305,7 @@ pub struct ExpertCache {
 }
 
 /// A page-aligned buffer of anonymous memory, from the pool or mapped by a
-/// reader thread (never a heap `vec![0; n]`: at this size it was memset on
+/// reader thread ([`faulted_buf`]) (never a heap `vec![0; n]`: at this size it was memset on
 /// the thread handing out the reads, a quarter of the run time).
 type Buf = memmap2::MmapMut;
 
@@ -837,13 +838,8 @@ impl ExpertCache {
         }
     }
 
-    /// Return buffers to the pool.
-    fn give_bufs(&self, bufs: impl IntoIterator<Item = Buf>) {
-        self.pool.give(bufs)
-    }
-
     /// The job that reads expert `e`'s slice of `p` into a buffer of its own
-    /// (a pooled one, or one mapped by the reader thread) and hands the
+    /// (a pooled one, or one mapped and faulted in by the reader thread) and hands the
     /// result to `done` (on the reader thread).
     fn slice_job(
         &self,
@@ -858,7 +854,7 @@ impl ExpertCache {
         Box::new(move || {
             let mut buf = match pooled {
                 Some(b) => b,
-                None => match memmap2::MmapMut::map_anon(section) {
+                None => match faulted_buf(section) {
                     Ok(b) => b,
                     Err(e) => return done(Err(e)),
                 },
@@ -884,7 +880,7 @@ impl ExpertCache {
                 pool: Arc::downgrade(&self.pool),
             }),
             got => {
-                self.give_bufs(got.into_iter().flatten().map(|r| r.buf));
+                self.pool.give(got.into_iter().flatten().map(|r| r.buf));
                 None
             }
         }
@@ -945,7 +941,7 @@ impl ExpertCache {
             .zip(errs)
             .map(|(got, err)| match err {
                 Some(e) => {
-                    self.give_bufs(got.into_iter().flatten().map(|r| r.buf));
+                    self.pool.give(got.into_iter().flatten().map(|r| r.buf));
                     Err(e)
                 }
                 None => self

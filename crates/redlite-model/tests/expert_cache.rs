@@ -24,17 +24,19 @@ fn streamed_with(
     direct_io: bool,
     prefetch: bool,
 ) -> Result<Model, redlite_model::ModelError> {
-    streamed_opts(
-        name,
-        ExpertCacheOptions {
-            budget,
-            direct_io,
-            prefetch,
-            prefetch_top: None,
-            policy: CachePolicy::Lru,
-            per_layer: false,
-        },
-    )
+    streamed_opts(name, options(budget, direct_io, prefetch))
+}
+
+/// Cache options with the baseline policy (LRU, no per-layer quotas).
+fn options(budget: u64, direct_io: bool, prefetch: bool) -> ExpertCacheOptions {
+    ExpertCacheOptions {
+        budget,
+        direct_io,
+        prefetch,
+        prefetch_top: None,
+        policy: CachePolicy::Lru,
+        per_layer: false,
+    }
 }
 
 fn streamed_opts(name: &str, opts: ExpertCacheOptions) -> Result<Model, redlite_model::ModelError> {
@@ -126,12 +128,9 @@ fn every_policy_is_bit_identical_to_resident() {
             let m = streamed_opts(
                 name,
                 ExpertCacheOptions {
-                    budget,
-                    direct_io: false,
-                    prefetch: true,
-                    prefetch_top: None,
                     policy,
                     per_layer,
+                    ..options(budget, false, true)
                 },
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -240,14 +239,7 @@ fn a_budget_below_one_expert_is_a_clear_error() {
             no_mmap: true,
             ..LoadOptions::default()
         },
-        Some(&ExpertCacheOptions {
-            budget: min,
-            direct_io: false,
-            prefetch: true,
-            prefetch_top: None,
-            policy: CachePolicy::Lru,
-            per_layer: false,
-        }),
+        Some(&options(min, false, true)),
         &mut |_, _| {},
     )
     .err()
