@@ -242,6 +242,24 @@ fn rows_q16(w: &QMat<'_>, k: &Q16Kernels, a: &Q16Act, n_tok: usize, y: &mut [f32
     transpose_into(&yt, n_out, n_tok, y);
 }
 
+/// An output pointer shared by tasks that write disjoint elements of it.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+
+// SAFETY: only the pointer is shared; every user writes elements no other
+// task touches (each says why at its `unsafe` block).
+unsafe impl Send for SyncPtr {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SyncPtr {}
+
+impl SyncPtr {
+    /// The pointer (a method, so closures capture the `Sync` wrapper and not
+    /// its field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 thread_local! {
     /// Each worker's unpacked weight tile for the batched integer product.
     static TILE: std::cell::RefCell<redlite_quant::q16::gemm::Tile> =
@@ -268,19 +286,36 @@ fn gemm_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f32]
         }
         let a = &*a;
         let rb = w.row_bytes();
-        let mut yt = vec![0f32; n_out * n_tok];
-        yt.par_chunks_mut(GEMM_ROWS * n_tok)
-            .enumerate()
-            .for_each(|(ci, ys)| {
-                let rows = ys.len() / n_tok;
+        // Each task writes its rows straight into the token-major output
+        // (column r of every token's row), so no row-major buffer is
+        // allocated, zeroed and transposed afterwards.
+        let out = SyncPtr(y.as_mut_ptr());
+        (0..n_out.div_ceil(GEMM_ROWS))
+            .into_par_iter()
+            .for_each(|ci| {
                 let r0 = ci * GEMM_ROWS;
+                let rows = GEMM_ROWS.min(n_out - r0);
                 TILE.with(|t| {
                     let mut tile = t.borrow_mut();
                     tile.unpack(k, &w.data[r0 * rb..(r0 + rows) * rb], rb, rows);
-                    redlite_quant::q16::gemm::gemm_tile(k, &tile, a, n_tok, n_in, ys, n_tok);
+                    // SAFETY: `y` holds `n_tok · n_out` values (asserted above)
+                    // and is borrowed mutably for the whole region; this task
+                    // alone writes columns `r0 .. r0 + rows` of its `n_tok`
+                    // rows, at `r0 + r + t · n_out < n_tok · n_out`.
+                    unsafe {
+                        redlite_quant::q16::gemm::gemm_tile_strided(
+                            k,
+                            &tile,
+                            a,
+                            n_tok,
+                            n_in,
+                            out.get().add(r0),
+                            1,
+                            n_out,
+                        );
+                    }
                 });
             });
-        transpose_into(&yt, n_out, n_tok, y);
         true
     })
 }
