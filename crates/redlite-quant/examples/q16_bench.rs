@@ -5,7 +5,8 @@
 //! 2048 values, MIB mebibytes of weights per type (default 64: beyond the
 //! caches; use 1 for the kernels' compute speed alone). The last column
 //! is the multi-token dot (`dot_n`, 9 tokens, as a speculative verify pass
-//! runs it) against nine single-token dots over the same rows.
+//! runs it) against nine single-token dots over the same rows. A second
+//! argument (a type name, e.g. `IQ1_M`) measures that type alone.
 
 use redlite_quant::q16::{self, Q16Act};
 use redlite_quant::GgmlType;
@@ -16,6 +17,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
+    let only: Option<String> = std::env::args().nth(2);
     let n = 2048usize;
     println!("q16 level {:?}, {} MiB per type", q16::level(), mib);
     for ty in [
@@ -26,6 +28,9 @@ fn main() {
         GgmlType::IQ2_XS,
         GgmlType::IQ1_M,
     ] {
+        if only.as_deref().is_some_and(|o| o != ty.name()) {
+            continue;
+        }
         let rb = ty.row_bytes(n as u64).expect("row") as usize;
         let rows = (mib << 20) / rb;
         let mut s = 0x9e3779b97f4a7c15u64;

@@ -495,7 +495,7 @@ pub(crate) mod x86 {
     /// Hint the cache lines of the `len` bytes `PREFETCH` bytes past offset
     /// `off` of `data` (possibly past its end: a prefetch never faults).
     #[inline(always)]
-    unsafe fn prefetch_ahead(data: &[u8], off: usize, len: usize) {
+    pub(crate) unsafe fn prefetch_ahead(data: &[u8], off: usize, len: usize) {
         if PREFETCH > 0 {
             let mut o = 0;
             while o < len {
@@ -953,6 +953,18 @@ pub(crate) mod x86 {
         kb_n512::<FIVE, false>(data, xs, out)
     }
 
+    /// The fused IQ1_M dot (`simd_iq`) with AVX-512 VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_iq1_m_vnni(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        super::simd_iq::dot_iq1_m_fused::<true>(data, x.q.as_ptr(), x.d.as_ptr())
+    }
+
+    /// The fused IQ1_M dot (`simd_iq`) with AVX-512 without VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_iq1_m_512(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        super::simd_iq::dot_iq1_m_fused::<false>(data, x.q.as_ptr(), x.d.as_ptr())
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_avx512_vnni<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         body512::<U, true>(data, x)
@@ -1332,7 +1344,9 @@ macro_rules! table {
                         unpack_scalar: $scalar,
                         unpack: if level == Q16Level::Scalar { $scalar } else { $name::unpack_fast },
                         dot_scalar: $name::dot_scalar,
-                        dot: byte_dot(ty, level).unwrap_or($name::dot_level(level)),
+                        dot: byte_dot(ty, level)
+                            .or(lattice_dot(ty, level))
+                            .unwrap_or($name::dot_level(level)),
                         dot_n: byte_dot_n(ty, level).unwrap_or($name::dot_n_level(level)),
                     });
                 }
@@ -1375,6 +1389,34 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
         match ty {
             GgmlType::Q4_K => return Some(q4),
             GgmlType::Q5_K => return Some(q5),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The one-token IQ1_M dot that keeps its weights in registers, with
+/// AVX-512 (the same bits as the generic driver).
+fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
+    if ty != GgmlType::IQ1_M || std::env::var_os("REDLITE_IQ1M_GENERIC").is_some() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn vnni(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 56, x);
+            // SAFETY: chosen only at the AVX-512 VNNI level (AVX-512
+            // F/BW/VL/VNNI, AVX2, FMA and F16C present); sizes checked.
+            unsafe { x86::dot_iq1_m_vnni(data, x) }
+        }
+        fn plain(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 56, x);
+            // SAFETY: chosen only at the AVX-512 level; sizes checked.
+            unsafe { x86::dot_iq1_m_512(data, x) }
+        }
+        match level {
+            Q16Level::Avx512Vnni => return Some(vnni),
+            Q16Level::Avx512 => return Some(plain),
             _ => {}
         }
     }

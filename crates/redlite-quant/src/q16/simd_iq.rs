@@ -22,7 +22,7 @@
 use super::Unpacked;
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{unpack_iq1_m, unpack_iq2_xs};
+pub use x86::{dot_iq1_m_fused, unpack_iq1_m, unpack_iq2_xs};
 
 /// The scalar twin (no SIMD on this architecture).
 ///
@@ -348,6 +348,202 @@ mod x86 {
             finish(u, d);
         }
     }
+
+    /// `8·grid ± 1` of every IQ1_S/IQ1_M grid entry as eight `i16`: rows
+    /// `0..2048` with the positive delta, `2048..4096` with the negative one
+    /// (64 KiB), so one 16-bit byte offset `16·idx + 32768·neg` names a row.
+    static IQ1_G16: A64<[[i16; 8]; 4096]> = A64(iq1_g16());
+
+    #[repr(C, align(64))]
+    pub(super) struct A64<T>(pub(super) T);
+
+    const fn iq1_g16() -> [[i16; 8]; 4096] {
+        let mut t = [[0i16; 8]; 4096];
+        let mut i = 0;
+        while i < 4096 {
+            let mut j = 0;
+            while j < 8 {
+                let g = (IQ1S_GRID[i % 2048] >> (8 * j)) as u8 as i8 as i16;
+                t[i][j] = 8 * g + if i < 2048 { 1 } else { -1 };
+                j += 1;
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// Lane `k` of 32 takes 16-bit lane `k / 2` (each `qh` byte for its two entries).
+    static IQ1_DUP: A64<[u16; 32]> = A64(iq1_dup());
+
+    const fn iq1_dup() -> [u16; 32] {
+        let mut t = [0u16; 32];
+        let mut k = 0;
+        while k < 32 {
+            t[k] = (k / 2) as u16;
+            k += 1;
+        }
+        t
+    }
+
+    /// Entry `k`'s nibble is the low (even `k`) or high (odd) half of its byte.
+    static IQ1_SHIFT: A64<[u16; 32]> = A64(iq1_shift());
+
+    const fn iq1_shift() -> [u16; 32] {
+        let mut t = [0u16; 32];
+        let mut k = 0;
+        while k < 32 {
+            t[k] = 4 * (k % 2) as u16;
+            k += 1;
+        }
+        t
+    }
+
+    /// Blocks whose row offsets are computed before their products.
+    const IQ1_CHUNK: usize = 8;
+
+    /// The one-token IQ1_M dot with the weights kept in registers.
+    ///
+    /// Per chunk of blocks, the 32 row offsets of each block (grid index and
+    /// delta sign, see [`IQ1_G16`]) are computed with AVX-512 into a buffer;
+    /// then per group of 16 weights two 16-bit rows (the second inserted
+    /// straight from memory), `vpmullw` by the group's `2s+1`, and the
+    /// product with the activations at once, instead of storing the block
+    /// and reading it back. (Reading an offset right after the vector store
+    /// that wrote it waits for the store: a chunk later it has landed.)
+    /// Four chains by group (`m % 4`) and the f32 steps of the generic
+    /// driver's uniform block: the same bits as `dot_avx512_vnni::<IQ1M>`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL (and VNNI when `VNNI`), AVX2, FMA and
+    /// F16C; `data` holds whole 56-byte blocks and `xq`, `xd` the
+    /// activations (256 values, one scale) of at least as many blocks.
+    #[inline(always)]
+    pub unsafe fn dot_iq1_m_fused<const VNNI: bool>(
+        data: &[u8],
+        xq: *const i16,
+        xd: *const f32,
+    ) -> f32 {
+        use crate::q16::x86::{dpwssd256, prefetch_ahead};
+        // SAFETY: every block read lies inside its 56 bytes (32 at 0, 16 at
+        // 32, 8 at 48); row offsets are below 4096·16 (inside IQ1_G16); the
+        // activations exist for every block (the caller's promise); the
+        // table vectors and the offset buffer are 64-byte aligned.
+        unsafe {
+            let nb = data.len() / IQ1M_BYTES;
+            let spread = _mm256_setr_epi8(
+                0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
+                6, 7, 6, 7,
+            );
+            let mult = _mm256_setr_epi16(
+                1 << 13,
+                1 << 10,
+                1 << 7,
+                1 << 4,
+                1 << 13,
+                1 << 10,
+                1 << 7,
+                1 << 4,
+                1 << 13,
+                1 << 10,
+                1 << 7,
+                1 << 4,
+                1 << 13,
+                1 << 10,
+                1 << 7,
+                1 << 4,
+            );
+            let g = IQ1_G16.0.as_ptr().cast::<u8>();
+            let dup = _mm512_load_si512(IQ1_DUP.0.as_ptr().cast());
+            let shift = _mm512_load_si512(IQ1_SHIFT.0.as_ptr().cast());
+            let mut off = A64([[0u16; 32]; IQ1_CHUNK]);
+            let mut acc = [_mm256_setzero_ps(); 2];
+            let mut b0 = 0;
+            while b0 < nb {
+                let n = IQ1_CHUNK.min(nb - b0);
+                for c in 0..n {
+                    let b = data.as_ptr().add((b0 + c) * IQ1M_BYTES);
+                    // Offset of entry k: 16·(qs | (nibble & 7) << 8), plus
+                    // 32768 when the nibble's bit 3 (negative delta) is set.
+                    let q = _mm512_cvtepu8_epi16(_mm256_loadu_si256(b.cast()));
+                    let h = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(
+                        b.add(32).cast(),
+                    )));
+                    let v = _mm512_srlv_epi16(_mm512_permutexvar_epi16(dup, h), shift);
+                    let hi = _mm512_slli_epi16::<8>(_mm512_and_si512(v, _mm512_set1_epi16(15)));
+                    let o = _mm512_slli_epi16::<4>(_mm512_or_si512(q, hi));
+                    _mm512_store_si512(off.0[c].as_mut_ptr().cast(), o);
+                }
+                for c in 0..n {
+                    let bi = b0 + c;
+                    prefetch_ahead(data, bi * IQ1M_BYTES, IQ1M_BYTES);
+                    let b = data.as_ptr().add(bi * IQ1M_BYTES);
+                    let sw = b.add(48).cast::<u64>().read_unaligned();
+                    let (s0, s1, s2, s3) = (
+                        sw as u16,
+                        (sw >> 16) as u16,
+                        (sw >> 32) as u16,
+                        (sw >> 48) as u16,
+                    );
+                    let dbits =
+                        (s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) | (s3 & 0xf000);
+                    let d = f16_to_f32(dbits);
+                    let words = _mm256_broadcastsi128_si256(_mm_loadl_epi64(b.add(48).cast()));
+                    let s = _mm256_srli_epi16::<13>(_mm256_mullo_epi16(
+                        _mm256_shuffle_epi8(words, spread),
+                        mult,
+                    ));
+                    let s = _mm256_or_si256(_mm256_slli_epi16::<1>(s), _mm256_set1_epi16(1));
+                    let scb = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_packus_epi16(s, s));
+                    let xb = xq.add(bi * 256);
+                    let o = off.0[c].as_ptr();
+                    let mut z = [_mm256_setzero_si256(); 4];
+                    // Written out 16 times (a closure would not inherit the
+                    // target features `dpwssd256` needs; a rolled loop keeps
+                    // its chains in memory).
+                    macro_rules! group {
+                        ($m:expr) => {{
+                            let m: usize = $m;
+                            let r0 = _mm_load_si128(g.add(*o.add(2 * m) as usize).cast());
+                            let r1 = _mm_load_si128(g.add(*o.add(2 * m + 1) as usize).cast());
+                            let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(r0), r1);
+                            let w = _mm256_mullo_epi16(v, group_scale(scb, m));
+                            let xv = _mm256_loadu_si256(xb.add(16 * m).cast());
+                            z[m % 4] = if VNNI {
+                                dpwssd256(z[m % 4], w, xv)
+                            } else {
+                                _mm256_add_epi32(z[m % 4], _mm256_madd_epi16(w, xv))
+                            };
+                        }};
+                    }
+                    group!(0);
+                    group!(1);
+                    group!(2);
+                    group!(3);
+                    group!(4);
+                    group!(5);
+                    group!(6);
+                    group!(7);
+                    group!(8);
+                    group!(9);
+                    group!(10);
+                    group!(11);
+                    group!(12);
+                    group!(13);
+                    group!(14);
+                    group!(15);
+                    let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(z[0]), _mm256_cvtepi32_ps(z[1]));
+                    let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(z[2]), _mm256_cvtepi32_ps(z[3]));
+                    acc[bi % 2] = _mm256_fmadd_ps(
+                        _mm256_add_ps(s01, s23),
+                        _mm256_set1_ps((d * 0.125) * *xd.add(bi)),
+                        acc[bi % 2],
+                    );
+                }
+                b0 += n;
+            }
+            crate::util::hsum256(_mm256_add_ps(acc[0], acc[1]))
+        }
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -455,6 +651,71 @@ mod tests {
 
     /// IQ1_M: all 2048 grid entries with both delta signs in every position,
     /// every 3-bit scale in every position, and a spread of `d` bit patterns.
+    /// The fused one-token IQ1_M dot equals the generic driver (its
+    /// multi-token twin with one token, which unpacks every block) bit for
+    /// bit, over rows covering every grid entry with both delta signs and
+    /// every scale, of lengths around the offset chunk, at every AVX-512
+    /// level the CPU has.
+    #[test]
+    fn iq1_m_fused_dot_equals_generic() {
+        use crate::q16::{kernels_at, Q16Act, Q16Level};
+        use crate::GgmlType;
+        let mut r = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r
+        };
+        // 128 blocks: block n's entries take keys (n·32 + k) spread by 129, so
+        // all 4096 (index, delta) keys appear; scales random, d moderate.
+        let nb_all = 128;
+        let mut data = vec![0u8; 56 * nb_all];
+        for (n, blk) in data.chunks_exact_mut(56).enumerate() {
+            for k in 0..32 {
+                let key = ((n * 32 + k) * 129) % 4096;
+                blk[k] = key as u8;
+                let nib = (key >> 8) as u8;
+                let sh = 4 * (k % 2);
+                blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
+            }
+            // Scales random; the f16 scale's nibbles (top of each word) a
+            // moderate value (0x2e66).
+            let mut w = next() & 0x0fff_0fff_0fff_0fff;
+            w |= (0x6u64 << 12) | (0x6u64 << 28) | (0xeu64 << 44) | (0x2u64 << 60);
+            blk[48..56].copy_from_slice(&w.to_le_bytes());
+        }
+        let mut tested = 0;
+        for lv in [Q16Level::Avx512, Q16Level::Avx512Vnni] {
+            if !crate::q16::gemm::level_supported(lv) || crate::q16::level() < lv {
+                continue;
+            }
+            let k = kernels_at(GgmlType::IQ1_M, lv).expect("iq1_m kernels");
+            for nb in [1usize, 7, 8, 9, 17, 128] {
+                let x: Vec<f32> = (0..nb * 256)
+                    .map(|_| (next() >> 40) as f32 / 8e5 - 10.0)
+                    .collect();
+                let mut a = Q16Act::default();
+                assert!(a.quantize(&x));
+                for start in [0usize, nb_all - nb] {
+                    let d = &data[56 * start..56 * (start + nb)];
+                    let got = (k.dot)(d, a.view());
+                    let mut want = [0f32];
+                    (k.dot_n)(d, &[a.view()], &mut want);
+                    assert_eq!(
+                        got.to_bits(),
+                        want[0].to_bits(),
+                        "{lv:?} nb {nb} from {start}"
+                    );
+                    tested += 1;
+                }
+            }
+        }
+        if std::arch::is_x86_feature_detected!("avx512bw") {
+            assert!(tested > 0);
+        }
+    }
+
     #[test]
     fn iq1_m_every_entry_delta_and_scale() {
         if !have_avx2() {
