@@ -772,7 +772,22 @@ extern "C" __global__ void __launch_bounds__(128)
     }
     RL_PDL_ENTER();
     const float* xz = x + (u64)z * n_in;
-    for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = xz[i];
+    {
+        // The input as 16-byte words, all of a thread's at once (n_in is a
+        // multiple of 256, at most 32·8·RD_J).
+        const float4* x4 = (const float4*)xz;
+        float4 xv[RD_J * 64 / 128];
+#pragma unroll
+        for (int j = 0; j < RD_J * 64 / 128; j++) {
+            const int i = threadIdx.x + 128 * j;
+            if (i < n_in / 4) xv[j] = x4[i];
+        }
+#pragma unroll
+        for (int j = 0; j < RD_J * 64 / 128; j++) {
+            const int i = threadIdx.x + 128 * j;
+            if (i < n_in / 4) ((float4*)xs)[i] = xv[j];
+        }
+    }
     __syncthreads();
     float* lz = logits + (u64)z * ne;
     if (live) {
@@ -1216,12 +1231,9 @@ REDLITE_Q16_TYPES(DEF_MQ_STREAM)
 
 // The warp's rows of a slot of n_out rows over gridDim.x blocks: runs of
 // ceil(n_out / warps) consecutive rows.
+__device__ __forceinline__ void mq_warp_rows_b(int n_out, int bx, int nbx, int* r0, int* r1);
 __device__ __forceinline__ void mq_warp_rows(int n_out, int* r0, int* r1) {
-    const int warps = gridDim.x * MV_WARPS;
-    const int per = (n_out + warps - 1) / warps;
-    const int w = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    *r0 = min(n_out, w * per);
-    *r1 = min(n_out, *r0 + per);
+    mq_warp_rows_b(n_out, blockIdx.x, gridDim.x, r0, r1);
 }
 
 // Steps of rows per item of the one-token kernels.
@@ -1244,19 +1256,92 @@ __device__ __forceinline__ void mq_warp_rows(int n_out, int* r0, int* r1) {
 #define MQ_XS_IQ1_M 2048
 #define MQ_XS_IQ2_XS 2048
 
+// mq_warp_rows for block bx of nbx (a slot's share of a paired launch).
+__device__ __forceinline__ void mq_warp_rows_b(int n_out, int bx, int nbx, int* r0, int* r1) {
+    const int warps = nbx * MV_WARPS;
+    const int per = (n_out + warps - 1) / warps;
+    const int w = bx * MV_WARPS + (threadIdx.x >> 5);
+    *r0 = min(n_out, w * per);
+    *r1 = min(n_out, *r0 + per);
+}
+
+// DeltaNet's causal conv + SiLU of one token as an epilogue of the product
+// that computes its inputs (decode's qkv + gate rows, out non-null): rows r <
+// C of the product are the conv's channels, and each warp, once its rows are
+// done, takes their conv, lane by lane, exactly as conv_silu does for T = 1
+// (the same sums in the same order, the state moved on by one input).
+#define CONV_KMAX 8
+struct MqConv {
+    const float* w;
+    const u64* tab;
+    int slot;
+    float* out;
+    int C, K;
+};
+__device__ __forceinline__ void mq_conv_rows(const MqConv& cv, const float* y, int r0, int r1,
+                                             int lane) {
+    __syncwarp();
+    if (!cv.out || r0 >= min(r1, cv.C)) return;
+    float* state = (float*)cv.tab[cv.slot];
+    const int ks = cv.K - 1;
+    for (int c = r0 + lane; c < min(r1, cv.C); c += WARP) {
+        float win[CONV_KMAX];
+        float wc[CONV_KMAX];
+#pragma unroll
+        for (int i = 0; i < CONV_KMAX; i++) {
+            win[i] = (i < ks) ? state[(u64)c * ks + i] : 0.f;
+            wc[i] = (i < cv.K) ? cv.w[(u64)c * cv.K + i] : 0.f;
+        }
+        const float xt = y[c];
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < CONV_KMAX; i++)
+            if (i < ks) s += wc[i] * win[i];
+        s += cv.w[(u64)c * cv.K + ks] * xt;
+        cv.out[c] = s / (1.0f + expf(-s));
+#pragma unroll
+        for (int i = 0; i < CONV_KMAX; i++) {
+            if (i + 1 < ks) state[(u64)c * ks + i] = win[i + 1];
+            else if (i + 1 == ks) state[(u64)c * ks + i] = xt;
+        }
+    }
+}
+
+// The parameters of mq1_T (MV_PARAMS), each name prefixed.
+#define MQ1_PARAMS(p)                                                                       \
+    const uint8_t *__restrict__ p##W, u64 p##row_bytes, int p##n_in, int p##n_out,          \
+        const float *__restrict__ p##x, int p##ldx, float *__restrict__ p##y, int p##ldy,   \
+        int p##n_tok, const int *__restrict__ p##ids, u64 p##w_zstride, int p##x_div,      \
+        u64 p##x_zstride, u64 p##y_zstride, const float *__restrict__ p##x2
+#define MQ1_ARGS(p)                                                                         \
+    p##W, p##row_bytes, p##n_in, p##n_out, p##x, p##ldx, p##y, p##ldy, p##n_tok, p##ids,    \
+        p##w_zstride, p##x_div, p##x_zstride, p##y_zstride, p##x2
+// mqgu_T's parameters, prefixed.
+#define MQGU_PARAMS(p)                                                                      \
+    const uint8_t *__restrict__ p##W, u64 p##up_off, u64 p##row_bytes, int p##n_in,         \
+        int p##n_out, const float *__restrict__ p##x, float *__restrict__ p##y,             \
+        const int *__restrict__ p##ids, u64 p##w_zstride, int p##x_div, u64 p##x_zstride,   \
+        u64 p##y_zstride
+#define MQGU_ARGS(p)                                                                        \
+    p##W, p##up_off, p##row_bytes, p##n_in, p##n_out, p##x, p##y, p##ids, p##w_zstride,     \
+        p##x_div, p##x_zstride, p##y_zstride
+// A one-token kernel's shared memory: the warps' staging buffers and the
+// quantized input of up to XS values.
+#define MQ_SMEM(XS)                                                                         \
+    __shared__ __align__(16) uint8_t smem[MV_WARPS][2][MV_SEG + 32];                        \
+    __shared__ RlXU xu[(XS) / 32];                                                          \
+    __shared__ float xd[(XS) / 32]
+
 // mv1_T on 16-bit activations (same arguments; any grid.x, grid.z slots).
+// mq1b_T is the work of block bx of nbx of slot z, which mq1p_A_B (below)
+// also runs; tab: IQ lookup tables in shared memory, or null.
 #define DEF_MQ1(T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
-        mq1_##T(MV_PARAMS) {                                                                \
-        __shared__ __align__(16) uint8_t smem[MV_WARPS][2][MV_SEG + 32];                    \
-        __shared__ RlXU xu[MQ_XS_##T / 32];                                                 \
-        __shared__ float xd[MQ_XS_##T / 32];                                                \
-        __shared__ __align__(16) uint8_t qtab[MQ_TAB(T)];                                   \
-        if (MQ_TAB_ON(T)) q16_tab_##T(qtab, threadIdx.x, blockDim.x);                       \
+    __device__ __forceinline__ void mq1b_##T(MQ1_PARAMS(), int bx, int nbx, int z,          \
+                                             uint8_t (*smem)[2][MV_SEG + 32], RlXU* xu,     \
+                                             float* xd, const uint8_t* tab, const MqConv& cv) { \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
-        int z = blockIdx.z;                                                                 \
         int r0, r1;                                                                         \
-        mq_warp_rows(n_out, &r0, &r1);                                                      \
+        mq_warp_rows_b(n_out, bx, nbx, &r0, &r1);                                           \
         const float* xz = x + (u64)(z / x_div) * x_zstride;                                 \
         const float* x2z = x2 ? x2 + (u64)(z / x_div) * x_zstride : 0;                      \
         const uint8_t* mat[1];                                                              \
@@ -1273,29 +1358,31 @@ __device__ __forceinline__ void mq_warp_rows(int n_out, int* r0, int* r1) {
         if (ids) prefetch((u64)ids[z]);                                                     \
         mq_stage_x(xu, xd, xz, x2z, n_in);                                                  \
         float* yz = y + (u64)z * y_zstride;                                                 \
-        mq_stream_##T<1, MQ_K, 1>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp],               \
-                                  lane, pre, sh[0], sh[1], MQ_TAB_ON(T) ? qtab : nullptr,   \
+        mq_stream_##T<1, MQ_K, 1>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
+                                  sh[0], sh[1], tab,                                        \
                                   [&](int r, const float* a, const float*) { yz[r] = a[0]; }); \
+        mq_conv_rows(cv, yz, r0, r1, lane);                                                 \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
+        mq1_##T(MV_PARAMS) {                                                                \
+        MQ_SMEM(MQ_XS_##T);                                                                 \
+        __shared__ __align__(16) uint8_t qtab[MQ_TAB(T)];                                   \
+        if (MQ_TAB_ON(T)) q16_tab_##T(qtab, threadIdx.x, blockDim.x);                       \
+        const MqConv cv = {0, 0, 0, 0, 0, 0};                                               \
+        mq1b_##T(MQ1_ARGS(), blockIdx.x, gridDim.x, blockIdx.z, smem, xu, xd,               \
+                 MQ_TAB_ON(T) ? qtab : nullptr, cv);                                        \
     }
 REDLITE_Q16_TYPES(DEF_MQ1)
 
 // mvgu_T on 16-bit activations (same arguments; any grid.x, grid.z slots):
-// y_z[o] = silu(G_z[o]·x_z) · (U_z[o]·x_z).
+// y_z[o] = silu(G_z[o]·x_z) · (U_z[o]·x_z). mqgub_T: as mq1b_T.
 #define DEF_MQGU(T)                                                                         \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
-        mqgu_##T(const uint8_t* __restrict__ W, u64 up_off, u64 row_bytes, int n_in,        \
-                 int n_out, const float* __restrict__ x, float* __restrict__ y,             \
-                 const int* __restrict__ ids, u64 w_zstride, int x_div, u64 x_zstride,      \
-                 u64 y_zstride) {                                                           \
-        __shared__ __align__(16) uint8_t smem[MV_WARPS][2][MV_SEG + 32];                    \
-        __shared__ RlXU xu[MQ_XS_##T / 32];                                                 \
-        __shared__ float xd[MQ_XS_##T / 32];                                                \
-        __shared__ __align__(16) uint8_t qtab[MQ_TAB(T)];                                   \
-        if (MQ_TAB_ON(T)) q16_tab_##T(qtab, threadIdx.x, blockDim.x);                       \
+    __device__ __forceinline__ void mqgub_##T(MQGU_PARAMS(), int bx, int nbx, int z,        \
+                                              uint8_t (*smem)[2][MV_SEG + 32], RlXU* xu,    \
+                                              float* xd, const uint8_t* tab) {              \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
-        int z = blockIdx.z;                                                                 \
         int r0, r1;                                                                         \
-        mq_warp_rows(n_out, &r0, &r1);                                                      \
+        mq_warp_rows_b(n_out, bx, nbx, &r0, &r1);                                           \
         const uint8_t* mat[2];                                                              \
         int sh[2] = {0, 0}, pre = 0;                                                        \
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, MQ_K);                    \
@@ -1310,13 +1397,64 @@ REDLITE_Q16_TYPES(DEF_MQ1)
         if (ids) prefetch((u64)ids[z]);                                                     \
         mq_stage_x(xu, xd, x + (u64)(z / x_div) * x_zstride, 0, n_in);                      \
         float* yz = y + (u64)z * y_zstride;                                                 \
-        mq_stream_##T<1, MQ_K, 2>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp],               \
-                                  lane, pre, sh[0], sh[1], MQ_TAB_ON(T) ? qtab : nullptr,   \
+        mq_stream_##T<1, MQ_K, 2>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
+                                  sh[0], sh[1], tab,                                        \
                                   [&](int r, const float* g, const float* u) {              \
                                       yz[r] = silu_f(g[0]) * u[0];                          \
                                   });                                                       \
+    }                                                                                       \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
+        mqgu_##T(MQGU_PARAMS()) {                                                           \
+        MQ_SMEM(MQ_XS_##T);                                                                 \
+        __shared__ __align__(16) uint8_t qtab[MQ_TAB(T)];                                   \
+        if (MQ_TAB_ON(T)) q16_tab_##T(qtab, threadIdx.x, blockDim.x);                       \
+        mqgub_##T(MQGU_ARGS(), blockIdx.x, gridDim.x, blockIdx.z, smem, xu, xd,             \
+                  MQ_TAB_ON(T) ? qtab : nullptr);                                           \
     }
 REDLITE_Q16_TYPES(DEF_MQGU)
+
+// Two independent one-token products in one launch (decode): mq1p_A__B runs
+// mq1_A's launch with na blocks per slot over za slots and mq1_B's with nb
+// over zb, on a one-dimensional grid of na·za + nb·zb blocks, A's blocks
+// first; mqgup_A__B likewise for mqgu. Each row's sums are what the kernel
+// alone gives it (they do not depend on the grid), the tables read from
+// global memory; mq1p_A__B takes DeltaNet's conv (MqConv, cv_out non-null)
+// as the epilogue of B. REDLITE_MQ_PAIRS / REDLITE_MQGU_PAIRS (defined ahead
+// of this file) list the pairs compiled.
+#define MQ_XS2(A, B) (MQ_XS_##A > MQ_XS_##B ? MQ_XS_##A : MQ_XS_##B)
+#define DEF_MQ1_PAIR(A, B)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
+        mq1p_##A##__##B(MQ1_PARAMS(a_), int na, int za, MQ1_PARAMS(b_), int nb,             \
+                        const float* __restrict__ cv_w, const u64* __restrict__ cv_tab,     \
+                        int cv_slot, float* __restrict__ cv_out, int cv_c, int cv_k) {      \
+        MQ_SMEM(MQ_XS2(A, B));                                                              \
+        const int bi = blockIdx.x;                                                          \
+        if (bi < na * za) {                                                                 \
+            const MqConv none = {0, 0, 0, 0, 0, 0};                                         \
+            mq1b_##A(MQ1_ARGS(a_), bi % na, na, bi / na, smem, xu, xd, nullptr, none);      \
+        } else {                                                                            \
+            const MqConv cv = {cv_w, cv_tab, cv_slot, cv_out, cv_c, cv_k};                  \
+            mq1b_##B(MQ1_ARGS(b_), (bi - na * za) % nb, nb, (bi - na * za) / nb, smem, xu,  \
+                     xd, nullptr, cv);                                                      \
+        }                                                                                   \
+    }
+#define DEF_MQGU_PAIR(A, B)                                                                 \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
+        mqgup_##A##__##B(MQGU_PARAMS(a_), int na, int za, MQGU_PARAMS(b_), int nb) {        \
+        MQ_SMEM(MQ_XS2(A, B));                                                              \
+        const int bi = blockIdx.x;                                                          \
+        if (bi < na * za)                                                                   \
+            mqgub_##A(MQGU_ARGS(a_), bi % na, na, bi / na, smem, xu, xd, nullptr);          \
+        else                                                                                \
+            mqgub_##B(MQGU_ARGS(b_), (bi - na * za) % nb, nb, (bi - na * za) / nb, smem,    \
+                      xu, xd, nullptr);                                                     \
+    }
+#ifdef REDLITE_MQ_PAIRS
+REDLITE_MQ_PAIRS(DEF_MQ1_PAIR)
+#endif
+#ifdef REDLITE_MQGU_PAIRS
+REDLITE_MQGU_PAIRS(DEF_MQGU_PAIR)
+#endif
 
 // Several tokens exactly as mq1_T computes each one alone (a verify pass):
 // the inputs quantized ahead by q16_quant (token t's units at xu + t·(n_in /
@@ -1968,8 +2106,8 @@ extern "C" __global__ void swiglu(float* __restrict__ a, const float* __restrict
 // out[t][c] = silu(Σ_i w[c][i]·X(t+i, c)) where X is the K−1 saved inputs
 // then the new ones; the state (at tab[slot]) keeps the last K−1 inputs.
 // With `trail`, the state after token t is also written at trail + t·tstride
-// (a verify pass, rolled back to any of its tokens).
-#define CONV_KMAX 8
+// (a verify pass, rolled back to any of its tokens). CONV_KMAX (the longest
+// kernel) is defined with mq_conv_rows above.
 // Tokens per thread of conv_silu (grid.y = ceil(T / CONV_TB)): each tile
 // starts its window from the inputs before it (the saved state for the
 // first), so the tiles run in parallel with each output's arithmetic
@@ -2254,6 +2392,65 @@ extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, in
     float x0 = hp[i], x1 = hp[i + half];
     hp[i] = x0 * c - x1 * s;
     hp[i + half] = x1 * c + x0 * s;
+}
+
+// Attention's per-head steps between the projections and the scores in one
+// launch, one block per row: rows [0, T·nh) are the query heads (read at qg
+// + r·2·hd, written at q + r·hd), rows [T·nh, T·(nh + nkv)) the key heads (in
+// place at k + r·hd, then appended to the cache at tab[slot] with the value
+// row v + r·hd at tab[slot + 1], position ctl[0] + t). Each row is what
+// norm_rows (RMS, weight qw or kw, launched with this block size), rope_neox
+// and kv_append give it one after the other: the same arithmetic in the same
+// order, so the same bits. Heads of up to QK_HD_MAX values.
+#define QK_HD_MAX 256
+extern "C" __global__ void qk_prep(const float* __restrict__ qg, float* __restrict__ q,
+                                   float* __restrict__ k, const float* __restrict__ v,
+                                   const float* __restrict__ qw, const float* __restrict__ kw,
+                                   int T, int nh, int nkv, int hd, float eps, int half,
+                                   const double* __restrict__ pairs, double mscale,
+                                   const int* __restrict__ ctl, const u64* __restrict__ tab,
+                                   int slot) {
+    RL_PDL_ENTER();
+    __shared__ float row[QK_HD_MAX];
+    const int b = blockIdx.x;
+    const bool isq = b < T * nh;
+    const int r = isq ? b : b - T * nh;
+    const int t = isq ? r / nh : r / nkv;
+    const float* xi = isq ? qg + (u64)r * 2 * hd : k + (u64)r * hd;
+    const float* w = isq ? qw : kw;
+    const int pos0 = ctl[0];
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += (double)xi[i] * (double)xi[i];
+    ss = block_sum_d(ss);
+    float s = (float)(1.0 / sqrt(ss / hd + (double)eps));
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float vv = xi[i] * s;
+        row[i] = vv * w[i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double p = (double)(pos0 + t);
+        double extrap = pairs[3 * i], interp = pairs[3 * i + 1], mix = pairs[3 * i + 2];
+        double theta = p * interp * (1.0 - mix) + p * extrap * mix;
+        double sn, cs;
+        sincos(theta, &sn, &cs);
+        float c = (float)(cs * mscale), sf = (float)(sn * mscale);
+        float x0 = row[i], x1 = row[i + half];
+        row[i] = x0 * c - x1 * sf;
+        row[i + half] = x1 * c + x0 * sf;
+    }
+    __syncthreads();
+    float* xo = isq ? q + (u64)r * hd : k + (u64)r * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) xo[i] = row[i];
+    if (!isq) {
+        const u64 off = (u64)pos0 * nkv * hd + (u64)r * hd;
+        float* kc = (float*)tab[slot];
+        float* vc = (float*)tab[slot + 1];
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kc[off + i] = row[i];
+            vc[off + i] = v[(u64)r * hd + i];
+        }
+    }
 }
 
 // Append the T new keys and values ([T][row] each) to the cache (at tab[slot],

@@ -145,6 +145,9 @@ impl Drop for HostBuf {
     }
 }
 
+/// The most arguments one launch takes (8-byte slots each).
+const MAX_ARGS: usize = 40;
+
 /// A kernel argument: device pointers and sizes as 64-bit, ints and floats.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg {
@@ -365,14 +368,14 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
-        let mut slots = [0u64; 32];
+        let mut slots = [0u64; MAX_ARGS];
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!(
                 "{}: too many arguments",
                 func.name
             )));
         }
-        let mut ptrs = [std::ptr::null_mut::<c_void>(); 32];
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
         arg_slots(args, &mut slots, &mut ptrs);
         // SAFETY: as for the plain launch in `launch_f`.
         unsafe {
@@ -693,13 +696,13 @@ impl Gpu {
             }
         };
         let start = self.prof.as_ref().and_then(|_| ev(0));
-        let mut slots = [0u64; 32];
+        let mut slots = [0u64; MAX_ARGS];
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!("{name}: too many arguments")));
         }
         // The argument pointers, on the stack like the slots (no allocation
         // per launch).
-        let mut ptrs = [std::ptr::null_mut::<c_void>(); 32];
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
         arg_slots(args, &mut slots, &mut ptrs);
         if self.pdl.load(std::sync::atomic::Ordering::Relaxed) {
             // SAFETY: a zeroed launch attribute is a valid plain C struct; the
@@ -756,7 +759,7 @@ impl Gpu {
 
 /// Each argument in the low bytes of its 8-byte slot (little-endian), and
 /// the pointers to the slots, as the driver's launch takes them.
-fn arg_slots(args: &[Arg], slots: &mut [u64; 32], ptrs: &mut [*mut c_void; 32]) {
+fn arg_slots(args: &[Arg], slots: &mut [u64; MAX_ARGS], ptrs: &mut [*mut c_void; MAX_ARGS]) {
     for (s, a) in slots.iter_mut().zip(args) {
         *s = match *a {
             Arg::U(v) => v,

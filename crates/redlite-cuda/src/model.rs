@@ -31,6 +31,10 @@ const NS_PREFILL: usize = 8;
 /// `NS_DECODE` splits per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
+/// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `forward.cu`).
+const CONV_KMAX: usize = 8;
+/// The longest head `qk_prep` takes (`QK_HD_MAX` in `forward.cu`).
+const QK_HD_MAX: usize = 256;
 /// Tokens per thread of `conv_silu` (`CONV_TB` in `forward.cu`).
 const CONV_TB: usize = 64;
 /// Keys per split at least.
@@ -509,6 +513,9 @@ struct Kern {
     delta_prep: Func,
     rope_neox: Func,
     kv_append: Func,
+    qk_prep: Func,
+    /// The paired one-token products by name (see [`MQ1_PAIRS`]).
+    pairs: HashMap<String, Func>,
     attn_split: Func,
     attn_combine: Func,
     moe_topk: Func,
@@ -576,6 +583,21 @@ impl MvLaunch {
     }
 }
 
+/// A one-token product on 16-bit activations (`mq1_T` or `mqgu_T`), made
+/// ready to launch alone or beside another ([`CudaModel::launch_two`]).
+struct MqJob {
+    f: Func,
+    /// The kernel's own arguments.
+    args: Vec<Arg>,
+    /// Blocks per slot when launched alone, and the most that have work (a
+    /// warp per row at least).
+    blocks: u32,
+    max_blocks: u32,
+    slots: u32,
+    /// Weight bytes read (how two jobs share the device).
+    bytes: usize,
+}
+
 /// The model on a CUDA device.
 pub struct CudaModel {
     gpu: Arc<Gpu>,
@@ -606,6 +628,15 @@ pub struct CudaModel {
     /// Decode's DeltaNet qkv and gate products as one launch when they lie
     /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
     join_qkvz: bool,
+    /// Attention's q and k norms, RoPE and the KV append as one launch
+    /// (`qk_prep`; `REDLITE_CUDA_FUSE_QK=0`: five launches, for comparison).
+    fuse_qk: bool,
+    /// Decode's independent one-token products two at a time in one launch
+    /// (`REDLITE_CUDA_PAIRS=0`: one launch each, for comparison).
+    pair_mq: bool,
+    /// Decode's DeltaNet conv as the epilogue of the paired qkv + gate
+    /// product (`REDLITE_CUDA_FUSE_CONV=0`: `conv_silu`, for comparison).
+    fuse_conv: bool,
     /// The delta rule's three sums per token in one reduction
     /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
     /// sum, as the CPU reference orders them).
@@ -632,6 +663,31 @@ pub struct CudaModel {
     _hosts: Vec<crate::gpu::HostBuf>,
 }
 
+/// The one-token products decode runs two at a time in one launch
+/// (`mq1p_A__B`, `mqgup_A__B` in `forward.cu`; A the smaller product's type,
+/// its blocks first): DeltaNet's ssm_ba beside qkv + gate, attention's k + v
+/// beside q, the shared expert beside the routed experts. Other pairs take
+/// two launches.
+const MQ1_PAIRS: &[(&str, &str)] = &[
+    ("Q8_0", "Q4_K"),
+    ("Q5_K", "IQ2_XS"),
+    ("Q4_K", "Q4_K"),
+    ("Q8_0", "Q8_0"),
+];
+const MQGU_PAIRS: &[(&str, &str)] = &[("Q4_K", "IQ1_M"), ("Q8_0", "Q8_0"), ("Q4_K", "Q4_K")];
+
+/// The names of the paired kernels (see [`MQ1_PAIRS`]).
+fn pair_names() -> Vec<String> {
+    let mut v = Vec::new();
+    for (a, b) in MQ1_PAIRS {
+        v.push(format!("mq1p_{a}__{b}"));
+    }
+    for (a, b) in MQGU_PAIRS {
+        v.push(format!("mqgup_{a}__{b}"));
+    }
+    v
+}
+
 /// Every kernel name the forward pass launches.
 pub fn kernel_names() -> Vec<String> {
     let mut k: Vec<String> = [
@@ -644,6 +700,7 @@ pub fn kernel_names() -> Vec<String> {
         "delta_prep",
         "rope_neox",
         "kv_append",
+        "qk_prep",
         "attn_split",
         "attn_combine",
         "moe_topk",
@@ -681,6 +738,7 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mmgt_{s}"));
         k.push(format!("mmgw_{s}"));
     }
+    k.extend(pair_names());
     k
 }
 
@@ -688,6 +746,17 @@ pub fn kernel_names() -> Vec<String> {
 pub fn kernel_source() -> String {
     let mut s = dequant_src::dequant_source();
     s.push_str(dequant_src::Q16_CUH);
+    let list = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(a, b)| format!(" X({a}, {b})"))
+            .collect::<String>()
+    };
+    s.push_str(&format!(
+        "#define REDLITE_MQ_PAIRS(X){}\n#define REDLITE_MQGU_PAIRS(X){}\n",
+        list(MQ1_PAIRS),
+        list(MQGU_PAIRS)
+    ));
     s.push_str(include_str!("../kernels/forward.cu"));
     s
 }
@@ -1248,6 +1317,11 @@ impl CudaModel {
             delta_prep: fk("delta_prep")?,
             rope_neox: fk("rope_neox")?,
             kv_append: fk("kv_append")?,
+            qk_prep: fk("qk_prep")?,
+            pairs: pair_names()
+                .into_iter()
+                .map(|n| fk(&n).map(|f| (n, f)))
+                .collect::<Result<_, _>>()?,
             attn_split: fk("attn_split")?,
             attn_combine: fk("attn_combine")?,
             moe_topk: fk("moe_topk")?,
@@ -1290,6 +1364,9 @@ impl CudaModel {
             fuse_router,
             router_f32,
             join_qkvz,
+            fuse_qk: std::env::var_os("REDLITE_CUDA_FUSE_QK").is_none_or(|v| v != "0"),
+            pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
+            fuse_conv: std::env::var_os("REDLITE_CUDA_FUSE_CONV").is_none_or(|v| v != "0"),
             delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
             wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
                 .ok()
@@ -1439,6 +1516,148 @@ impl CudaModel {
                 Arg::U(a.x2),
             ],
         )
+    }
+
+    /// `a` as an `mq1` job, when it is one token on 16-bit activations.
+    fn mq1_job(&self, k: MvKernels, a: &MvLaunch) -> Option<MqJob> {
+        let mq = k.mq.filter(|_| a.n_tok == 1)?;
+        Some(MqJob {
+            f: mq.mq1,
+            args: vec![
+                Arg::U(a.w),
+                Arg::U(a.row_bytes as u64),
+                Arg::I(a.n_in as i32),
+                Arg::I(a.n_out as i32),
+                Arg::U(a.x),
+                Arg::I(a.n_in as i32),
+                Arg::U(a.y),
+                Arg::I(a.n_out as i32),
+                Arg::I(a.n_tok as i32),
+                Arg::U(a.ids),
+                Arg::U(a.w_zstride),
+                Arg::I(a.x_div as i32),
+                Arg::U(a.x_zstride),
+                Arg::U(a.y_zstride),
+                Arg::U(a.x2),
+            ],
+            blocks: self.mq_blocks(a.n_out, a.slots),
+            max_blocks: a.n_out.div_ceil(4).max(1) as u32,
+            slots: a.slots as u32,
+            bytes: a.n_out * a.row_bytes * a.slots,
+        })
+    }
+
+    /// `mv_gate_up`'s launch as an `mqgu` job, when it is one.
+    #[allow(clippy::too_many_arguments)]
+    fn mqgu_job(
+        &self,
+        g: GuMat,
+        up_off: u64,
+        ids: u64,
+        slots: usize,
+        x: u64,
+        x_div: usize,
+        y: u64,
+    ) -> Option<MqJob> {
+        if !self.fuse_gu || g.n_in > MV_XS {
+            return None;
+        }
+        let mq = g.kern.mq?;
+        Some(MqJob {
+            f: mq.mqgu,
+            args: vec![
+                Arg::U(g.base),
+                Arg::U(up_off),
+                Arg::U(g.row_bytes as u64),
+                Arg::I(g.n_in as i32),
+                Arg::I(g.n_out as i32),
+                Arg::U(x),
+                Arg::U(y),
+                Arg::U(ids),
+                Arg::U(g.stride),
+                Arg::I(x_div as i32),
+                Arg::U(g.n_in as u64),
+                Arg::U(g.n_out as u64),
+            ],
+            blocks: self.mq_blocks(g.n_out, slots),
+            max_blocks: g.n_out.div_ceil(4).max(1) as u32,
+            slots: slots as u32,
+            bytes: 2 * g.n_out * g.row_bytes * slots,
+        })
+    }
+
+    /// Launch one job alone.
+    fn launch_job(&self, j: &MqJob) -> Result<(), CudaError> {
+        self.gpu
+            .launch_f(j.f, (j.blocks, 1, j.slots), 128, 0, &j.args)
+    }
+
+    /// Two independent jobs (neither reads what the other writes): one
+    /// launch of their paired kernel when it exists (the device's blocks
+    /// shared by weight bytes, the smaller job's first), else one each, `a`
+    /// first. `conv` (`mq1` pairs): DeltaNet's conv as the epilogue of `b`
+    /// (`MqConv` in `forward.cu`: weights, state table, slot, output,
+    /// channels, kernel length), applied only where `b` runs second in the
+    /// paired kernel; the answer says whether it was.
+    fn launch_two(&self, a: MqJob, b: MqJob, conv: Option<[Arg; 6]>) -> Result<bool, CudaError> {
+        let (small, big) = if a.bytes <= b.bytes {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        let split = |f: Func| f.name.split_once('_');
+        let paired = match (split(small.f), split(big.f)) {
+            (Some((ks, ts)), Some((kb, tb))) if ks == kb => {
+                let p = self.k.pairs.get(&format!("{ks}p_{ts}__{tb}"));
+                match p {
+                    Some(f) => Some((*f, small, big)),
+                    None => self
+                        .k
+                        .pairs
+                        .get(&format!("{ks}p_{tb}__{ts}"))
+                        .map(|f| (*f, big, small)),
+                }
+            }
+            _ => None,
+        };
+        let Some((f, first, second)) = paired.filter(|_| self.pair_mq) else {
+            self.launch_job(&a)?;
+            self.launch_job(&b)?;
+            return Ok(false);
+        };
+        // Blocks per slot in proportion to the bytes, within what each has
+        // work for, the two together filling the device once.
+        let fill = (self.gpu.sm_count * self.mq_fill) as u64;
+        let total = (first.bytes + second.bytes).max(1) as u64;
+        let (z1, z2) = (first.slots.max(1) as u64, second.slots.max(1) as u64);
+        let n1 = (fill * first.bytes as u64 / total / z1).clamp(1, first.max_blocks as u64);
+        let n2 = (fill.saturating_sub(n1 * z1) / z2).clamp(1, second.max_blocks as u64);
+        let n1 = (fill.saturating_sub(n2 * z2) / z1).clamp(1, first.max_blocks as u64);
+        let mut args = first.args.clone();
+        args.push(Arg::I(n1 as i32));
+        args.push(Arg::I(z1 as i32));
+        args.extend_from_slice(&second.args);
+        args.push(Arg::I(n2 as i32));
+        let mut applied = false;
+        if f.name.starts_with("mq1p_") {
+            match conv.filter(|_| std::ptr::eq(second, &b)) {
+                Some(c) => {
+                    args.extend_from_slice(&c);
+                    applied = true;
+                }
+                None => args.extend_from_slice(&[
+                    Arg::U(0),
+                    Arg::U(0),
+                    Arg::I(0),
+                    Arg::U(0),
+                    Arg::I(0),
+                    Arg::I(0),
+                ]),
+            }
+        }
+        self.gpu
+            .launch_f(f, ((n1 * z1 + n2 * z2) as u32, 1, 1), 128, 0, &args)?;
+        Ok(applied)
     }
 
     /// The kernel for `t` tokens of `n_in` inputs, the output rows one
@@ -1919,6 +2138,11 @@ impl CudaModel {
             }
         }
         let f4 = 4u64;
+        // Decode with every expert in device memory: independent one-token
+        // products two at a time (`launch_two`).
+        let pair = self.pair_mq && t == 1 && !exact && xp.is_none() && self.placement.is_none();
+        let one =
+            |m: &DMat, x: u64, y: u64| MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, 1);
         for (il, l) in self.layers.iter().enumerate() {
             let slot = (2 * il) as i32;
             if il == 0 {
@@ -1946,9 +2170,34 @@ impl CudaModel {
                     idn += 1;
                     // One token: qkv and gate as one matrix when they lie
                     // together (one launch; z right behind qkv's outputs).
+                    let mut ba_done = false;
+                    let mut conv_done = false;
+                    let conv_args = [
+                        Arg::U(*conv),
+                        Arg::U(s.tab.ptr),
+                        Arg::I(slot),
+                        Arg::U(s.u.ptr),
+                        Arg::I(cd as i32),
+                        Arg::I(c.conv_kernel as i32),
+                    ];
                     let z = match qkv.joined(gate).filter(|_| t == 1 && self.join_qkvz) {
                         Some(both) => {
-                            self.mv(&both, s.h.ptr, s.qkv.ptr, 1, exact)?;
+                            let jobs = if pair {
+                                self.mq1_job(both.kern, &one(&both, s.h.ptr, s.qkv.ptr))
+                                    .zip(self.mq1_job(ba.kern, &one(ba, s.h.ptr, s.ba.ptr)))
+                            } else {
+                                None
+                            };
+                            match jobs {
+                                Some((j1, j2)) => {
+                                    // ba first, qkv + gate with the conv after it.
+                                    let conv = (self.fuse_conv && c.conv_kernel <= CONV_KMAX)
+                                        .then_some(conv_args);
+                                    conv_done = self.launch_two(j2, j1, conv)?;
+                                    ba_done = true;
+                                }
+                                None => self.mv(&both, s.h.ptr, s.qkv.ptr, 1, exact)?,
+                            }
                             s.qkv.ptr + (cd * 4) as u64
                         }
                         None => {
@@ -1957,25 +2206,29 @@ impl CudaModel {
                             s.z.ptr
                         }
                     };
-                    self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
-                    g.launch_f(
-                        k.conv_silu,
-                        (cd.div_ceil(128) as u32, t.div_ceil(CONV_TB) as u32, 1),
-                        128,
-                        0,
-                        &[
-                            Arg::U(s.qkv.ptr),
-                            Arg::I(t as i32),
-                            Arg::I(cd as i32),
-                            Arg::I(c.conv_kernel as i32),
-                            Arg::U(*conv),
-                            Arg::U(s.tab.ptr),
-                            Arg::I(slot),
-                            Arg::U(s.u.ptr),
-                            Arg::U(tconv),
-                            Arg::U((c.conv_dim() * (c.conv_kernel - 1)) as u64),
-                        ],
-                    )?;
+                    if !ba_done {
+                        self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
+                    }
+                    if !conv_done {
+                        g.launch_f(
+                            k.conv_silu,
+                            (cd.div_ceil(128) as u32, t.div_ceil(CONV_TB) as u32, 1),
+                            128,
+                            0,
+                            &[
+                                Arg::U(s.qkv.ptr),
+                                Arg::I(t as i32),
+                                Arg::I(cd as i32),
+                                Arg::I(c.conv_kernel as i32),
+                                Arg::U(*conv),
+                                Arg::U(s.tab.ptr),
+                                Arg::I(slot),
+                                Arg::U(s.u.ptr),
+                                Arg::U(tconv),
+                                Arg::U((c.conv_dim() * (c.conv_kernel - 1)) as u64),
+                            ],
+                        )?;
+                    }
                     // Several tokens: their scalars first, all at once (one
                     // warp per key head, up to 32).
                     let pre = if t > 1 && hk <= 32 {
@@ -2055,68 +2308,123 @@ impl CudaModel {
                     k_norm,
                 } => {
                     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-                    self.mv(q, s.h.ptr, s.qg.ptr, t, exact)?;
-                    self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t, exact)?;
-                    self.norm(
-                        s.qg.ptr,
-                        s.q.ptr,
-                        *q_norm,
-                        hd,
-                        t * nh,
-                        1,
-                        (2 * hd, 0, hd, 0),
-                        0,
-                        0.0,
-                    )?;
-                    self.norm(
-                        s.k.ptr,
-                        s.k.ptr,
-                        *k_norm,
-                        hd,
-                        t * nkv,
-                        1,
-                        (hd, 0, hd, 0),
-                        0,
-                        0.0,
-                    )?;
-                    for (buf, heads) in [(s.q.ptr, nh), (s.k.ptr, nkv)] {
-                        let n = t * heads * self.rope_half;
-                        if n == 0 {
-                            continue;
+                    // q beside the k + v pair when both are jobs.
+                    let jobs = if pair
+                        && wk.ty == v.ty
+                        && wk.n_out == v.n_out
+                        && wk.row_bytes == v.row_bytes
+                        && wk.n_in == v.n_in
+                    {
+                        let kv = MvLaunch {
+                            slots: 2,
+                            w_zstride: v.ptr.wrapping_sub(wk.ptr),
+                            y_zstride: ((s.v.ptr as i64).wrapping_sub(s.k.ptr as i64) / 4) as u64,
+                            ..one(wk, s.h.ptr, s.k.ptr)
+                        };
+                        self.mq1_job(q.kern, &one(q, s.h.ptr, s.qg.ptr))
+                            .zip(self.mq1_job(wk.kern, &kv))
+                    } else {
+                        None
+                    };
+                    match jobs {
+                        Some((jq, jkv)) => {
+                            self.launch_two(jq, jkv, None)?;
                         }
+                        None => {
+                            self.mv(q, s.h.ptr, s.qg.ptr, t, exact)?;
+                            self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t, exact)?;
+                        }
+                    }
+                    if self.fuse_qk && hd <= QK_HD_MAX {
+                        // Norms, RoPE and the append in one launch (the same
+                        // arithmetic as the five launches below).
                         g.launch_f(
-                            k.rope_neox,
-                            (n.div_ceil(128) as u32, 1, 1),
-                            128,
+                            k.qk_prep,
+                            ((t * (nh + nkv)) as u32, 1, 1),
+                            hd.clamp(32, 256).next_power_of_two().min(256) as u32,
                             0,
                             &[
-                                Arg::U(buf),
+                                Arg::U(s.qg.ptr),
+                                Arg::U(s.q.ptr),
+                                Arg::U(s.k.ptr),
+                                Arg::U(s.v.ptr),
+                                Arg::U(*q_norm),
+                                Arg::U(*k_norm),
                                 Arg::I(t as i32),
-                                Arg::I(heads as i32),
+                                Arg::I(nh as i32),
+                                Arg::I(nkv as i32),
                                 Arg::I(hd as i32),
+                                Arg::F(c.rms_eps),
                                 Arg::I(self.rope_half as i32),
                                 Arg::U(self.rope_pairs.ptr),
                                 Arg::D(self.rope_mscale),
                                 Arg::U(s.ctl.ptr),
+                                Arg::U(s.tab.ptr),
+                                Arg::I(slot),
+                            ],
+                        )?;
+                    } else {
+                        self.norm(
+                            s.qg.ptr,
+                            s.q.ptr,
+                            *q_norm,
+                            hd,
+                            t * nh,
+                            1,
+                            (2 * hd, 0, hd, 0),
+                            0,
+                            0.0,
+                        )?;
+                        self.norm(
+                            s.k.ptr,
+                            s.k.ptr,
+                            *k_norm,
+                            hd,
+                            t * nkv,
+                            1,
+                            (hd, 0, hd, 0),
+                            0,
+                            0.0,
+                        )?;
+                        for (buf, heads) in [(s.q.ptr, nh), (s.k.ptr, nkv)] {
+                            let n = t * heads * self.rope_half;
+                            if n == 0 {
+                                continue;
+                            }
+                            g.launch_f(
+                                k.rope_neox,
+                                (n.div_ceil(128) as u32, 1, 1),
+                                128,
+                                0,
+                                &[
+                                    Arg::U(buf),
+                                    Arg::I(t as i32),
+                                    Arg::I(heads as i32),
+                                    Arg::I(hd as i32),
+                                    Arg::I(self.rope_half as i32),
+                                    Arg::U(self.rope_pairs.ptr),
+                                    Arg::D(self.rope_mscale),
+                                    Arg::U(s.ctl.ptr),
+                                ],
+                            )?;
+                        }
+                        let row = nkv * hd;
+                        g.launch_f(
+                            k.kv_append,
+                            ((t * row).div_ceil(256) as u32, 1, 1),
+                            256,
+                            0,
+                            &[
+                                Arg::U(s.k.ptr),
+                                Arg::U(s.v.ptr),
+                                Arg::U(s.tab.ptr),
+                                Arg::I(slot),
+                                Arg::U(s.ctl.ptr),
+                                Arg::I(t as i32),
+                                Arg::I(row as i32),
                             ],
                         )?;
                     }
-                    let row = nkv * hd;
-                    g.launch_f(
-                        k.kv_append,
-                        ((t * row).div_ceil(256) as u32, 1, 1),
-                        256,
-                        0,
-                        &[
-                            Arg::U(s.k.ptr),
-                            Arg::U(s.v.ptr),
-                            Arg::U(s.tab.ptr),
-                            Arg::I(slot),
-                            Arg::U(s.ctl.ptr),
-                            Arg::I(t as i32),
-                            Arg::I(row as i32),
-                        ],
-                    )?;
                     g.launch_f(
                         k.attn_split,
                         (nkv as u32, t as u32, ns as u32),
@@ -2273,7 +2581,59 @@ impl CudaModel {
                     )?;
                 }
             }
-            if t == 1 || exact {
+            // Decode: the routed experts' gate + up beside the shared
+            // expert's, then their down products side by side.
+            let paired = if pair {
+                let eg = GuMat::experts(&l.gate, &l.up).and_then(|gu| {
+                    self.mqgu_job(
+                        gu,
+                        l.gate.up_off(&l.up),
+                        s.ids.ptr,
+                        slots,
+                        s.h.ptr,
+                        kk,
+                        s.eg.ptr,
+                    )
+                });
+                let sg = GuMat::dense(&l.sh_gate, &l.sh_up).and_then(|gu| {
+                    let up_off = l.sh_up.ptr.wrapping_sub(l.sh_gate.ptr);
+                    self.mqgu_job(gu, up_off, 0, 1, s.h.ptr, 1, s.sg.ptr)
+                });
+                let dn = &l.down;
+                let ed = self.mq1_job(
+                    dn.kern,
+                    &MvLaunch {
+                        slots,
+                        ids: s.ids.ptr,
+                        w_zstride: dn.stride,
+                        x_zstride: dn.n_in as u64,
+                        y_zstride: dn.n_out as u64,
+                        ..MvLaunch::new(
+                            dn.base,
+                            dn.row_bytes,
+                            dn.n_in,
+                            dn.n_out,
+                            s.eg.ptr,
+                            s.ed.ptr,
+                            1,
+                        )
+                    },
+                );
+                let sd = self.mq1_job(l.sh_down.kern, &one(&l.sh_down, s.sg.ptr, s.sd.ptr));
+                match (eg, sg, ed, sd) {
+                    (Some(eg), Some(sg), Some(ed), Some(sd)) => {
+                        self.launch_two(eg, sg, None)?;
+                        self.launch_two(ed, sd, None)?;
+                        true
+                    }
+                    _ => false,
+                }
+            } else {
+                false
+            };
+            if paired {
+                // Done above.
+            } else if t == 1 || exact {
                 // Decode (and verify): one launch per matrix over the k
                 // chosen experts of each token. The down product reads
                 // silu(gate) ⊙ up directly.
@@ -2312,7 +2672,7 @@ impl CudaModel {
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
                 self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots)?;
             }
-            if xp.is_none_or(|x| !x.shared_first) {
+            if !paired && xp.is_none_or(|x| !x.shared_first) {
                 shared()?;
             }
             // x += the experts' and the shared expert's outputs, then the
