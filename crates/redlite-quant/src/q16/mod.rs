@@ -1398,7 +1398,9 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
 /// The one-token IQ1_M dot that keeps its weights in registers, with
 /// AVX-512 (the same bits as the generic driver).
 fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
-    if ty != GgmlType::IQ1_M || std::env::var_os("REDLITE_IQ1M_GENERIC").is_some() {
+    static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let generic = *GENERIC.get_or_init(|| std::env::var_os("REDLITE_IQ1M_GENERIC").is_some());
+    if ty != GgmlType::IQ1_M || generic {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
