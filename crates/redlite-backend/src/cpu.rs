@@ -763,6 +763,10 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads, {act})", self.threads)
     }
 
+    fn within(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(f)
+    }
+
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
         self.pool.install(|| {
             if let (Activations::Int16, Some(k)) = (self.act, w.q16()) {

@@ -212,6 +212,15 @@ pub trait Backend: Send + Sync {
     /// `k`, `v` are `[pos0 + n_tok, n_head_kv, head_dim]`. Query head `h` uses
     /// KV head `h / (n_head / n_head_kv)`. Writes `out` `[n_tok, n_head, head_dim]`.
     fn attention(&self, s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]);
+
+    /// Run `f` (a whole forward pass) where the backend's operations run:
+    /// the CPU backend runs it on one of its own worker threads, so each
+    /// operation's parallel region starts there instead of handing work from
+    /// the caller's thread to the pool and back, hundreds of times a token.
+    /// The default runs `f` in place.
+    fn within(&self, f: &mut (dyn FnMut() + Send)) {
+        f()
+    }
 }
 
 /// Test inputs shared by the delta-rule tests of several modules.

@@ -346,7 +346,17 @@ impl Model {
         states: &mut [&mut State],
         tokens: &[u32],
     ) -> Result<Vec<f32>, ModelError> {
-        qwen3next::forward_batch(self, states, tokens)
+        self.within(|| qwen3next::forward_batch(self, states, tokens))
+    }
+
+    /// `f` run where the backend's operations run ([`Backend::within`]).
+    fn within<R: Send>(&self, mut f: impl FnMut() -> R + Send) -> R {
+        let mut out = None;
+        self.backend.within(&mut || out = Some(f()));
+        match out {
+            Some(r) => r,
+            None => unreachable!("Backend::within runs its closure"),
+        }
     }
 
     /// Feed `tokens` to one sequence, computing each token exactly as a
@@ -360,7 +370,7 @@ impl Model {
         state: &mut State,
         tokens: &[u32],
     ) -> Result<(Vec<f32>, Trail), ModelError> {
-        qwen3next::forward_verify(self, state, tokens)
+        self.within(|| qwen3next::forward_verify(self, state, tokens))
     }
 
     /// [`Model::forward`], reporting named intermediates to `trace`.
@@ -371,6 +381,10 @@ impl Model {
         all_logits: bool,
         trace: Option<&mut dyn Trace>,
     ) -> Result<Vec<f32>, ModelError> {
-        qwen3next::forward(self, state, tokens, all_logits, trace)
+        match trace {
+            // A trace is the caller's and may not leave its thread.
+            Some(t) => qwen3next::forward(self, state, tokens, all_logits, Some(t)),
+            None => self.within(|| qwen3next::forward(self, state, tokens, all_logits, None)),
+        }
     }
 }
