@@ -531,6 +531,27 @@ struct Kern {
     xp_scale: Func,
 }
 
+/// The arguments of `mv` / `mv1` / `mq1` (the same list for each) for `a`.
+fn mv_args(a: &MvLaunch) -> [Arg; 15] {
+    [
+        Arg::U(a.w),
+        Arg::U(a.row_bytes as u64),
+        Arg::I(a.n_in as i32),
+        Arg::I(a.n_out as i32),
+        Arg::U(a.x),
+        Arg::I(a.n_in as i32),
+        Arg::U(a.y),
+        Arg::I(a.n_out as i32),
+        Arg::I(a.n_tok as i32),
+        Arg::U(a.ids),
+        Arg::U(a.w_zstride),
+        Arg::I(a.x_div as i32),
+        Arg::U(a.x_zstride),
+        Arg::U(a.y_zstride),
+        Arg::U(a.x2),
+    ]
+}
+
 /// The arguments of one matrix-vector launch (`DEF_MATVEC` in
 /// `forward.cu`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
 /// from `ids`, or the slot), inputs at `x + (slot / x_div)·x_zstride`,
@@ -1493,29 +1514,8 @@ impl CudaModel {
             }
         };
         let (f, (gx, gy)) = grid;
-        self.gpu.launch_f(
-            f,
-            (gx, gy, a.slots as u32),
-            128,
-            0,
-            &[
-                Arg::U(a.w),
-                Arg::U(a.row_bytes as u64),
-                Arg::I(a.n_in as i32),
-                Arg::I(a.n_out as i32),
-                Arg::U(a.x),
-                Arg::I(a.n_in as i32),
-                Arg::U(a.y),
-                Arg::I(a.n_out as i32),
-                Arg::I(a.n_tok as i32),
-                Arg::U(a.ids),
-                Arg::U(a.w_zstride),
-                Arg::I(a.x_div as i32),
-                Arg::U(a.x_zstride),
-                Arg::U(a.y_zstride),
-                Arg::U(a.x2),
-            ],
-        )
+        self.gpu
+            .launch_f(f, (gx, gy, a.slots as u32), 128, 0, &mv_args(&a))
     }
 
     /// `a` as an `mq1` job, when it is one token on 16-bit activations.
@@ -1523,23 +1523,7 @@ impl CudaModel {
         let mq = k.mq.filter(|_| a.n_tok == 1)?;
         Some(MqJob {
             f: mq.mq1,
-            args: vec![
-                Arg::U(a.w),
-                Arg::U(a.row_bytes as u64),
-                Arg::I(a.n_in as i32),
-                Arg::I(a.n_out as i32),
-                Arg::U(a.x),
-                Arg::I(a.n_in as i32),
-                Arg::U(a.y),
-                Arg::I(a.n_out as i32),
-                Arg::I(a.n_tok as i32),
-                Arg::U(a.ids),
-                Arg::U(a.w_zstride),
-                Arg::I(a.x_div as i32),
-                Arg::U(a.x_zstride),
-                Arg::U(a.y_zstride),
-                Arg::U(a.x2),
-            ],
+            args: mv_args(a).to_vec(),
             blocks: self.mq_blocks(a.n_out, a.slots),
             max_blocks: a.n_out.div_ceil(4).max(1) as u32,
             slots: a.slots as u32,

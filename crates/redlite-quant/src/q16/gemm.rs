@@ -297,9 +297,20 @@ pub unsafe fn gemm_tile_strided(
     row_stride: usize,
     tok_stride: usize,
 ) {
-    check(k, tile, x, n_tok, n_in);
-    // SAFETY: the caller's promise about `out`; `check` covered the rest.
-    unsafe { gemm_strided(level(), k, tile, x, n_tok, out, row_stride, tok_stride) }
+    // SAFETY: the caller's promise about `out`, passed on.
+    unsafe {
+        gemm_tile_strided_at(
+            level(),
+            k,
+            tile,
+            x,
+            n_tok,
+            n_in,
+            out,
+            row_stride,
+            tok_stride,
+        )
+    }
 }
 
 /// [`gemm_tile_strided`] with the driver of `level` (tests).

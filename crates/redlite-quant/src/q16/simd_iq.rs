@@ -255,26 +255,16 @@ mod x86 {
         }
     }
 
-    /// IQ1_M: `w = (2s+1) · (8·grid ± 1)`, `s = d / 8` (see the scalar twin).
-    ///
-    /// Per group (entries 2m, 2m+1): two rows of `8·grid + 1` bytes at their
-    /// 11-bit indices, `-2` where the delta is negative, sign-extended to 16
-    /// bits, `vpmullw` by the group's `2s+1` (`|w| ≤ 135`).
+    /// An IQ1_M block's f16 scale `d` (its nibbles spread over the tops of
+    /// the four scale words) and its 16 group scales `2s+1` as bytes, in
+    /// both 128-bit lanes (for [`group_scale`]).
     ///
     /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `blk` holds a whole super-block
+    /// The CPU must have AVX2, FMA and F16C; `b` points at a whole block
     /// (56 bytes).
-    // No target features of its own: it inlines into the drivers (which
-    // enable AVX2, FMA and F16C); as an out-of-line call it measured 15 %
-    // slower there.
     #[inline(always)]
-    pub unsafe fn unpack_iq1_m(blk: &[u8], u: &mut Unpacked) {
-        debug_assert!(blk.len() >= IQ1M_BYTES);
-        let b = blk.as_ptr();
-        // SAFETY: the caller guarantees the 56 bytes of a block at `b`; every
-        // read below lies inside them (the last, 8 bytes at 48). Grid rows are
-        // read at 11-bit indices (2048 rows), delta rows at offsets of at most
-        // 16·17 (18 rows), and the 16 aligned stores fill `u.w` exactly.
+    unsafe fn iq1_m_scales(b: *const u8) -> (f32, __m256i) {
+        // SAFETY: the 8 bytes at 48 lie inside the block (the caller's promise).
         unsafe {
             let sw = b.add(48).cast::<u64>().read_unaligned();
             let (s0, s1, s2, s3) = (
@@ -318,6 +308,32 @@ mod x86 {
             let s = _mm256_or_si256(_mm256_slli_epi16::<1>(s), _mm256_set1_epi16(1));
             // The 16 scale bytes in both lanes.
             let scb = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_packus_epi16(s, s));
+            (d, scb)
+        }
+    }
+
+    /// IQ1_M: `w = (2s+1) · (8·grid ± 1)`, `s = d / 8` (see the scalar twin).
+    ///
+    /// Per group (entries 2m, 2m+1): two rows of `8·grid + 1` bytes at their
+    /// 11-bit indices, `-2` where the delta is negative, sign-extended to 16
+    /// bits, `vpmullw` by the group's `2s+1` (`|w| ≤ 135`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `blk` holds a whole super-block
+    /// (56 bytes).
+    // No target features of its own: it inlines into the drivers (which
+    // enable AVX2, FMA and F16C); as an out-of-line call it measured 15 %
+    // slower there.
+    #[inline(always)]
+    pub unsafe fn unpack_iq1_m(blk: &[u8], u: &mut Unpacked) {
+        debug_assert!(blk.len() >= IQ1M_BYTES);
+        let b = blk.as_ptr();
+        // SAFETY: the caller guarantees the 56 bytes of a block at `b`; every
+        // read below lies inside them (the last, 8 bytes at 48). Grid rows are
+        // read at 11-bit indices (2048 rows), delta rows at offsets of at most
+        // 16·17 (18 rows), and the 16 aligned stores fill `u.w` exactly.
+        unsafe {
+            let (d, scb) = iq1_m_scales(b);
             let g = IQ1_G8.0.as_ptr();
             let dt = IQ1_DELTA.0.as_ptr().cast::<u8>();
             let w = u.w.as_mut_ptr();
@@ -430,28 +446,6 @@ mod x86 {
         // table vectors and the offset buffer are 64-byte aligned.
         unsafe {
             let nb = data.len() / IQ1M_BYTES;
-            let spread = _mm256_setr_epi8(
-                0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7,
-                6, 7, 6, 7,
-            );
-            let mult = _mm256_setr_epi16(
-                1 << 13,
-                1 << 10,
-                1 << 7,
-                1 << 4,
-                1 << 13,
-                1 << 10,
-                1 << 7,
-                1 << 4,
-                1 << 13,
-                1 << 10,
-                1 << 7,
-                1 << 4,
-                1 << 13,
-                1 << 10,
-                1 << 7,
-                1 << 4,
-            );
             let g = IQ1_G16.0.as_ptr().cast::<u8>();
             let dup = _mm512_load_si512(IQ1_DUP.0.as_ptr().cast());
             let shift = _mm512_load_si512(IQ1_SHIFT.0.as_ptr().cast());
@@ -477,23 +471,7 @@ mod x86 {
                     let bi = b0 + c;
                     prefetch_ahead(data, bi * IQ1M_BYTES, IQ1M_BYTES);
                     let b = data.as_ptr().add(bi * IQ1M_BYTES);
-                    let sw = b.add(48).cast::<u64>().read_unaligned();
-                    let (s0, s1, s2, s3) = (
-                        sw as u16,
-                        (sw >> 16) as u16,
-                        (sw >> 32) as u16,
-                        (sw >> 48) as u16,
-                    );
-                    let dbits =
-                        (s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) | (s3 & 0xf000);
-                    let d = f16_to_f32(dbits);
-                    let words = _mm256_broadcastsi128_si256(_mm_loadl_epi64(b.add(48).cast()));
-                    let s = _mm256_srli_epi16::<13>(_mm256_mullo_epi16(
-                        _mm256_shuffle_epi8(words, spread),
-                        mult,
-                    ));
-                    let s = _mm256_or_si256(_mm256_slli_epi16::<1>(s), _mm256_set1_epi16(1));
-                    let scb = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_packus_epi16(s, s));
+                    let (d, scb) = iq1_m_scales(b);
                     let xb = xq.add(bi * 256);
                     let o = off.0[c].as_ptr();
                     let mut z = [_mm256_setzero_si256(); 4];
