@@ -37,6 +37,40 @@ const CONV_KMAX: usize = 8;
 const QK_HD_MAX: usize = 256;
 /// Tokens per thread of `conv_silu` (`CONV_TB` in `forward.cu`).
 const CONV_TB: usize = 64;
+/// The chunked delta rule (`forward.cu`'s `DC_L`, `DC_D`, `DC_J` and the
+/// dynamic shared memory of its two kernels): tokens per chunk, the widest
+/// head it takes, value columns per `delta_chunk_state` block.
+const DC_L: usize = 64;
+const DC_D: usize = 128;
+const DC_J: usize = 16;
+const DC_PREP_SMEM: u32 = ((2 * DC_L * 129 + DC_L * (DC_L + 1) + 3 * DC_L) * 4 + DC_L * 8) as u32;
+const DC_STATE_SMEM: u32 =
+    ((2 * DC_L * 132 + DC_J * 132 + DC_L * 68 + DC_L * (DC_J + 1)) * 4) as u32;
+/// Shortest pass that takes the chunked delta rule by default (shorter ones,
+/// mostly a chunk's worth of padding, stay on the recurrence).
+const DC_MIN_TOKENS: usize = 32;
+
+/// The shortest prefill pass that takes the chunked delta rule, or `None`
+/// (`REDLITE_CUDA_DELTA_CHUNKED=0`, or heads wider than `DC_D`, or more than
+/// 32 key heads, which `delta_prep` does not take).
+fn delta_chunk_min(c: &Config) -> Option<usize> {
+    if std::env::var_os("REDLITE_CUDA_DELTA_CHUNKED").is_some_and(|v| v == "0")
+        || c.ssm_d_k > DC_D
+        || c.ssm_d_v > DC_D
+        || c.ssm_h_k > 32
+        || c.ssm_h_k == 0
+    {
+        return None;
+    }
+    Some(
+        std::env::var("REDLITE_CUDA_DELTA_CHUNK_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DC_MIN_TOKENS)
+            .max(2),
+    )
+}
+
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
 /// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
@@ -466,6 +500,15 @@ struct Scratch {
     /// The delta rule's per-token scalars (`delta_prep`), for passes of
     /// more than one token.
     dpre: DevBuf,
+    /// The chunked delta rule's per-chunk products (`delta_chunk_prep`):
+    /// U, W, e^G Q and e^(G_l - G) K (`[t][h_v][DC_D]`), P
+    /// (`[chunk][h_v][DC_L][DC_L]`), e^G per token and value head.
+    dcu: DevBuf,
+    dcw: DevBuf,
+    dcq: DevBuf,
+    dck: DevBuf,
+    dcp: DevBuf,
+    dce: DevBuf,
     u: DevBuf,
     o: DevBuf,
     qg: DevBuf,
@@ -511,6 +554,8 @@ struct Kern {
     conv_silu: Func,
     delta_rule: Func,
     delta_prep: Func,
+    delta_chunk_prep: Func,
+    delta_chunk_state: Func,
     rope_neox: Func,
     kv_append: Func,
     qk_prep: Func,
@@ -662,6 +707,11 @@ pub struct CudaModel {
     /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
     /// sum, as the CPU reference orders them).
     delta_fused: bool,
+    /// Prefill passes of at least this many tokens (not verify) take the
+    /// chunked delta rule (`delta_chunk_prep` + `delta_chunk_state`);
+    /// `REDLITE_CUDA_DELTA_CHUNKED=0` keeps the token-by-token kernel for
+    /// every pass, `REDLITE_CUDA_DELTA_CHUNK_MIN` sets the length.
+    delta_chunk_min: Option<usize>,
     /// Slots per expert on average (of a prefill pass) from which the
     /// grouped products take 64-slot tiles (`REDLITE_CUDA_WIDE_SLOTS`).
     wide_slots: usize,
@@ -719,6 +769,8 @@ pub fn kernel_names() -> Vec<String> {
         "conv_silu",
         "delta_rule",
         "delta_prep",
+        "delta_chunk_prep",
+        "delta_chunk_state",
         "rope_neox",
         "kv_append",
         "qk_prep",
@@ -1336,6 +1388,8 @@ impl CudaModel {
             conv_silu: fk("conv_silu")?,
             delta_rule: fk("delta_rule")?,
             delta_prep: fk("delta_prep")?,
+            delta_chunk_prep: fk("delta_chunk_prep")?,
+            delta_chunk_state: fk("delta_chunk_state")?,
             rope_neox: fk("rope_neox")?,
             kv_append: fk("kv_append")?,
             qk_prep: fk("qk_prep")?,
@@ -1366,6 +1420,13 @@ impl CudaModel {
         let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
         let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
+        let delta_chunk_min = delta_chunk_min(&c);
+        if delta_chunk_min.is_some() {
+            gpu.allow_dynamic_smem(k.delta_chunk_prep, DC_PREP_SMEM)
+                .map_err(merr)?;
+            gpu.allow_dynamic_smem(k.delta_chunk_state, DC_STATE_SMEM)
+                .map_err(merr)?;
+        }
         let mut model = CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -1389,6 +1450,7 @@ impl CudaModel {
             pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
             fuse_conv: std::env::var_os("REDLITE_CUDA_FUSE_CONV").is_none_or(|v| v != "0"),
             delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
+            delta_chunk_min,
             wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -2240,34 +2302,88 @@ impl CudaModel {
                     } else {
                         0
                     };
-                    g.launch_f(
-                        k.delta_rule,
-                        (hv as u32, dv.div_ceil(4) as u32, 1),
-                        128,
-                        0,
-                        &[
+                    // A long prefill pass (not verify): the chunked form.
+                    let chunked =
+                        pre != 0 && !exact && self.delta_chunk_min.is_some_and(|m| t >= m);
+                    if chunked {
+                        let nch = t.div_ceil(DC_L) as u32;
+                        let bufs = [
+                            Arg::U(s.dcu.ptr),
+                            Arg::U(s.dcw.ptr),
+                            Arg::U(s.dcq.ptr),
+                            Arg::U(s.dck.ptr),
+                            Arg::U(s.dcp.ptr),
+                            Arg::U(s.dce.ptr),
+                        ];
+                        let mut args = vec![
                             Arg::U(s.u.ptr),
                             Arg::I(cd as i32),
                             Arg::I(kd as i32),
                             Arg::U(s.ba.ptr),
                             Arg::U(*ssm_a),
                             Arg::U(*dt_bias),
-                            Arg::U(s.tab.ptr),
-                            Arg::I(slot + 1),
-                            Arg::U(s.o.ptr),
+                            Arg::U(pre),
                             Arg::I(t as i32),
                             Arg::I(hk as i32),
                             Arg::I(hv as i32),
                             Arg::I(dk as i32),
                             Arg::I(dv as i32),
-                            Arg::F(c.rms_eps),
-                            Arg::D(1.0 / (dk as f64).sqrt()),
-                            Arg::U(tssm),
-                            Arg::U((hv * dv * dk) as u64),
-                            Arg::U(pre),
-                            Arg::I(self.delta_fused as i32),
-                        ],
-                    )?;
+                        ];
+                        args.extend_from_slice(&bufs);
+                        g.launch_f(
+                            k.delta_chunk_prep,
+                            (nch, hv as u32, 1),
+                            256,
+                            DC_PREP_SMEM,
+                            &args,
+                        )?;
+                        let mut args = vec![
+                            Arg::U(s.tab.ptr),
+                            Arg::I(slot + 1),
+                            Arg::U(s.o.ptr),
+                            Arg::I(t as i32),
+                            Arg::I(hv as i32),
+                            Arg::I(dk as i32),
+                            Arg::I(dv as i32),
+                        ];
+                        args.extend_from_slice(&bufs);
+                        g.launch_f(
+                            k.delta_chunk_state,
+                            (hv as u32, dv.div_ceil(DC_J) as u32, 1),
+                            256,
+                            DC_STATE_SMEM,
+                            &args,
+                        )?;
+                    } else {
+                        g.launch_f(
+                            k.delta_rule,
+                            (hv as u32, dv.div_ceil(4) as u32, 1),
+                            128,
+                            0,
+                            &[
+                                Arg::U(s.u.ptr),
+                                Arg::I(cd as i32),
+                                Arg::I(kd as i32),
+                                Arg::U(s.ba.ptr),
+                                Arg::U(*ssm_a),
+                                Arg::U(*dt_bias),
+                                Arg::U(s.tab.ptr),
+                                Arg::I(slot + 1),
+                                Arg::U(s.o.ptr),
+                                Arg::I(t as i32),
+                                Arg::I(hk as i32),
+                                Arg::I(hv as i32),
+                                Arg::I(dk as i32),
+                                Arg::I(dv as i32),
+                                Arg::F(c.rms_eps),
+                                Arg::D(1.0 / (dk as f64).sqrt()),
+                                Arg::U(tssm),
+                                Arg::U((hv * dv * dk) as u64),
+                                Arg::U(pre),
+                                Arg::I(self.delta_fused as i32),
+                            ],
+                        )?;
+                    }
                     g.launch_f(
                         k.gated_rmsnorm,
                         ((t * hv) as u32, 1, 1),
@@ -2760,6 +2876,12 @@ impl Scratch {
             z: f(t * c.value_dim())?,
             ba: f(t * 2 * c.ssm_h_v)?,
             dpre: f(t * 2 * (c.ssm_h_k + c.ssm_h_v))?,
+            dcu: f(t * c.ssm_h_v * DC_D)?,
+            dcw: f(t * c.ssm_h_v * DC_D)?,
+            dcq: f(t * c.ssm_h_v * DC_D)?,
+            dck: f(t * c.ssm_h_v * DC_D)?,
+            dcp: f(t.div_ceil(DC_L) * c.ssm_h_v * DC_L * DC_L)?,
+            dce: f(t * c.ssm_h_v)?,
             u: f(t * c.conv_dim())?,
             o: f(t * c.value_dim())?,
             qg: f(t * c.n_head * 2 * c.head_dim)?,
