@@ -780,6 +780,7 @@ pub fn kernel_names() -> Vec<String> {
         "moe_group",
         "moe_combine_norm",
         "router_f32",
+        "mmf_F32",
         "xp_fetch",
         "xp_restore",
         "xp_late",
@@ -938,6 +939,20 @@ impl Uploader<'_> {
         };
         if let Some(k) = self.tc_kernel(tc_kind, tc_tokens, ty, n_in, name)? {
             return Ok(k);
+        }
+        // A dense F32 matrix (the router): `mmf_F32`, 64 rows × 128 tokens
+        // a block, the same sums as `mm_F32` (`REDLITE_CUDA_MMF=0`: mm_F32).
+        if !grouped
+            && ty == GgmlType::F32
+            && n_in.is_multiple_of(16)
+            && std::env::var_os("REDLITE_CUDA_MMF").is_none_or(|v| v != "0")
+        {
+            return Ok(MmKernel {
+                f: self.gpu.func("mmf_F32").map_err(merr)?,
+                tokens: 128,
+                threads: 256,
+                smem: 0,
+            });
         }
         Ok(MmKernel {
             f: self.kernel(kind, ty, n_in, name)?,
