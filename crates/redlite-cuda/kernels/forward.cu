@@ -2904,14 +2904,15 @@ DEF_ATTN_DEC(64)
 DEF_ATTN_DEC(128)
 DEF_ATTN_DEC(256)
 
-// attn_combine with the splits spread over the block: threads c + hd·j (j <
-// blockDim.x / hd) sum column c of splits j, j + blockDim.x / hd, … (four
-// loads in flight each), then thread c adds the groups' sums in order. The
-// same merge as attn_combine, its sums in another fixed order; decode and
+// attn_combine with the splits spread over blocks and threads: block (h, t,
+// z) merges columns [z·cb, (z+1)·cb) of (head h, query t); threads c + cb·j
+// (j < blockDim.x / cb) sum column c of splits j, j + blockDim.x / cb, …
+// (four loads in flight each), then thread c adds the groups' sums in order.
+// The same merge as attn_combine, its sums in another fixed order; decode and
 // verify both take it.
 extern "C" __global__ void __launch_bounds__(1024)
     attn_combine_w(const float* __restrict__ part, const float* __restrict__ gate,
-                   u64 gate_stride, float* __restrict__ out, int nh, int hd, int ns) {
+                   u64 gate_stride, float* __restrict__ out, int nh, int hd, int ns, int cb) {
     RL_PDL_ENTER();
     __shared__ float wsm[1024];
     __shared__ float accs[1024];
@@ -2936,7 +2937,8 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     const float L = block_sum_f(l);
     __syncthreads();
-    const int c = threadIdx.x % hd, j = threadIdx.x / hd, ng = blockDim.x / hd;
+    const int cl = threadIdx.x % cb, j = threadIdx.x / cb, ng = blockDim.x / cb;
+    const int c = blockIdx.z * cb + cl;
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     int s = j;
     for (; s + 3 * ng < ns; s += 4 * ng) {
@@ -2950,8 +2952,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     __syncthreads();
     if (j == 0) {
         float acc = 0.f;
-        for (int i = 0; i < ng; i++) acc += accs[i * hd + c];
-        out[((u64)t * nh + h) * hd + c] = acc / L * sigmoid_f(gate[((u64)t * nh + h) * gate_stride + c]);
+        for (int i = 0; i < ng; i++) acc += accs[i * cb + cl];
+        out[((u64)t * nh + h) * hd + c] =
+            acc / L * sigmoid_f(gate[((u64)t * nh + h) * gate_stride + c]);
     }
 }
 

@@ -2856,8 +2856,10 @@ impl CudaModel {
                         Arg::I(ns as i32),
                     ],
                 )?;
-                // The splits spread over up to 1,024 threads.
-                (k.attn_combine_w, (hd * (1024 / hd).min(8)) as u32)
+                // The splits spread over blocks of `combine_cols` columns
+                // and up to 1,024 threads.
+                let cb = self.combine_cols(hd);
+                (k.attn_combine_w, (cb * (1024 / cb).min(16)) as u32, cb)
             }
             None => {
                 g.launch_f(
@@ -2878,12 +2880,12 @@ impl CudaModel {
                         Arg::I(ns as i32),
                     ],
                 )?;
-                (k.attn_combine, hd.clamp(32, 256) as u32)
+                (k.attn_combine, hd.clamp(32, 256) as u32, hd)
             }
         };
         g.launch_f(
             combine.0,
-            (nh as u32, t as u32, 1),
+            (nh as u32, t as u32, (hd / combine.2) as u32),
             combine.1,
             0,
             &[
@@ -2894,8 +2896,20 @@ impl CudaModel {
                 Arg::I(nh as i32),
                 Arg::I(hd as i32),
                 Arg::I(ns as i32),
-            ],
+                // attn_combine_w's columns per block (attn_combine: one block per row).
+                Arg::I(combine.2 as i32),
+            ][..if dec.is_some() { 8 } else { 7 }],
         )
+    }
+
+    /// Columns per block of `attn_combine_w` (`REDLITE_CUDA_COMBINE_COLS`, a
+    /// divisor of `hd` from 32 up; default 64).
+    fn combine_cols(&self, hd: usize) -> usize {
+        std::env::var("REDLITE_CUDA_COMBINE_COLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n >= 32 && n <= hd && hd.is_multiple_of(n))
+            .unwrap_or(if hd.is_multiple_of(64) { 64 } else { hd })
     }
 
     /// One decode step of `st` (prepared): replay the captured graph, capturing
