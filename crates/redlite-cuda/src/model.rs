@@ -73,6 +73,25 @@ fn delta_chunk_min(c: &Config) -> Option<usize> {
 
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
+/// `attn_flash_<HD>`'s rows per block, keys per tile and threads
+/// (`AF_BM`, `AF_BN`, `AF_THREADS` in `forward.cu`).
+const AF_BM: usize = 128;
+const AF_BN: usize = 32;
+const AF_THREADS: u32 = 256;
+/// `attn_dec_<HD>`'s threads, most query heads per KV head, keys per warp
+/// step and `attn_deca_<HD>`'s steps in flight per warp (`AD_W` warps,
+/// `AD_G`, `AD_KB`, `AD_STG`).
+const AD_THREADS: u32 = 256;
+const AD_G: usize = 8;
+const AD_KB: usize = 4;
+const AD_STG: usize = 3;
+
+/// The dynamic shared memory of `attn_flash_<hd>`: the query tile and the
+/// key tile as hi / lo bf16 pairs (rows of `hd / 2 + 4` words), the value
+/// tile transposed (rows of `AF_BN / 2 + 4` words).
+fn attn_flash_smem(hd: usize) -> usize {
+    4 * (2 * (AF_BM + AF_BN) * (hd / 2 + 4) + 2 * hd * (AF_BN / 2 + 4))
+}
 /// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
 const MV1_R: usize = 2;
 const MV_XS: usize = 4096;
@@ -563,6 +582,7 @@ struct Kern {
     pairs: HashMap<String, Func>,
     attn_split: Func,
     attn_combine: Func,
+    attn_combine_w: Func,
     moe_topk: Func,
     moe_group: Func,
     moe_combine_norm: Func,
@@ -703,6 +723,17 @@ pub struct CudaModel {
     /// Decode's DeltaNet conv as the epilogue of the paired qkv + gate
     /// product (`REDLITE_CUDA_FUSE_CONV=0`: `conv_silu`, for comparison).
     fuse_conv: bool,
+    /// Decode and verify attention through `attn_dec_<hd>` (each key and
+    /// value row read once for all of a KV head's query heads;
+    /// `REDLITE_CUDA_ATTN_DEC=0`: `attn_split`, for comparison). `None`
+    /// where the head size or grouping does not fit it.
+    attn_dec: Option<(Func, u32)>,
+    /// Prefill attention (passes that are not verify passes) on the tensor
+    /// cores through `attn_flash_<hd>`, with its dynamic shared memory
+    /// (`REDLITE_CUDA_ATTN_FLASH=0`: `attn_split` + `attn_combine`, for
+    /// comparison). `None` where the head size, grouping or device does not
+    /// fit it.
+    attn_flash: Option<(Func, u32)>,
     /// The delta rule's three sums per token in one reduction
     /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
     /// sum, as the CPU reference orders them).
@@ -759,6 +790,59 @@ fn pair_names() -> Vec<String> {
     v
 }
 
+/// `attn_dec_<hd>` or `attn_deca_<hd>`, and `attn_flash_<hd>`, each with
+/// its dynamic shared memory (see [`attn_kernels`]).
+type AttnKernels = (Option<(Func, u32)>, Option<(Func, u32)>);
+
+/// The attention kernels this model's heads take: `attn_deca_<hd>` for decode
+/// and verify (`REDLITE_CUDA_ATTN_DEC=1`: `attn_dec_<hd>`, its loads in
+/// registers), `attn_flash_<hd>` for prefill, each unless turned off
+/// (`REDLITE_CUDA_ATTN_DEC=0`, `REDLITE_CUDA_ATTN_FLASH=0`) or unfit (head
+/// size, query heads per KV head, the device's shared memory).
+fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
+    let on = |name: &str| std::env::var_os(name).is_none_or(|v| v != "0");
+    let (hd, nkv) = (c.head_dim, c.n_head_kv);
+    let grp = if nkv > 0 && c.n_head.is_multiple_of(nkv) {
+        c.n_head / nkv
+    } else {
+        0
+    };
+    let dec_var = std::env::var("REDLITE_CUDA_ATTN_DEC").unwrap_or_default();
+    let dec = if dec_var != "0" && matches!(hd, 64 | 128 | 256) && (1..=AD_G).contains(&grp) {
+        // The warps' merge area (AD_W·AD_G/2·hd floats), which attn_deca's
+        // copy ring (AD_STG steps of 2·AD_KB·hd floats per warp) overlays.
+        let warps = AD_THREADS as usize / 32;
+        let merge = 4 * warps * AD_G / 2 * hd;
+        let ring = 4 * warps * AD_STG * 2 * AD_KB * hd;
+        let plain = (
+            gpu.func(&format!("attn_dec_{hd}")).map_err(merr)?,
+            merge as u32,
+        );
+        let fa = gpu.func(&format!("attn_deca_{hd}")).map_err(merr)?;
+        let bytes = ring.max(merge) as u32;
+        if dec_var != "1" && gpu.allow_dynamic_smem(fa, bytes).is_ok() {
+            Some((fa, bytes))
+        } else {
+            Some(plain)
+        }
+    } else {
+        None
+    };
+    let flash = if on("REDLITE_CUDA_ATTN_FLASH")
+        && matches!(hd, 64 | 256)
+        && grp > 0
+        && AF_BM.is_multiple_of(grp)
+    {
+        let f = gpu.func(&format!("attn_flash_{hd}")).map_err(merr)?;
+        let smem = attn_flash_smem(hd) as u32;
+        // A device with less shared memory per block keeps attn_split.
+        gpu.allow_dynamic_smem(f, smem).ok().map(|_| (f, smem))
+    } else {
+        None
+    };
+    Ok((dec, flash))
+}
+
 /// Every kernel name the forward pass launches.
 pub fn kernel_names() -> Vec<String> {
     let mut k: Vec<String> = [
@@ -776,6 +860,15 @@ pub fn kernel_names() -> Vec<String> {
         "qk_prep",
         "attn_split",
         "attn_combine",
+        "attn_dec_64",
+        "attn_dec_128",
+        "attn_dec_256",
+        "attn_deca_64",
+        "attn_deca_128",
+        "attn_deca_256",
+        "attn_combine_w",
+        "attn_flash_64",
+        "attn_flash_256",
         "moe_topk",
         "moe_group",
         "moe_combine_norm",
@@ -1414,6 +1507,7 @@ impl CudaModel {
                 .collect::<Result<_, _>>()?,
             attn_split: fk("attn_split")?,
             attn_combine: fk("attn_combine")?,
+            attn_combine_w: fk("attn_combine_w")?,
             moe_topk: fk("moe_topk")?,
             moe_group: fk("moe_group")?,
             moe_combine_norm: fk("moe_combine_norm")?,
@@ -1442,6 +1536,7 @@ impl CudaModel {
             gpu.allow_dynamic_smem(k.delta_chunk_state, DC_STATE_SMEM)
                 .map_err(merr)?;
         }
+        let (attn_dec, attn_flash) = attn_kernels(&gpu, &c)?;
         let mut model = CudaModel {
             gpu: Arc::new(gpu),
             c,
@@ -1464,6 +1559,8 @@ impl CudaModel {
             fuse_qk: std::env::var_os("REDLITE_CUDA_FUSE_QK").is_none_or(|v| v != "0"),
             pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
             fuse_conv: std::env::var_os("REDLITE_CUDA_FUSE_CONV").is_none_or(|v| v != "0"),
+            attn_dec,
+            attn_flash,
             delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
             delta_chunk_min,
             wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
@@ -2198,7 +2295,6 @@ impl CudaModel {
                 self.prefetch(xp, m)?;
             }
         }
-        let f4 = 4u64;
         // Decode with every expert in device memory: independent one-token
         // products two at a time (`launch_two`).
         let pair = self.pair_mq && t == 1 && !exact && xp.is_none() && self.placement.is_none();
@@ -2540,39 +2636,7 @@ impl CudaModel {
                             ],
                         )?;
                     }
-                    g.launch_f(
-                        k.attn_split,
-                        (nkv as u32, t as u32, ns as u32),
-                        128,
-                        0,
-                        &[
-                            Arg::U(s.q.ptr),
-                            Arg::U(s.tab.ptr),
-                            Arg::I(slot),
-                            Arg::U(s.part.ptr),
-                            Arg::U(s.ctl.ptr),
-                            Arg::I(nh as i32),
-                            Arg::I(nkv as i32),
-                            Arg::I(hd as i32),
-                            Arg::F(1.0 / (hd as f32).sqrt()),
-                            Arg::I(ns as i32),
-                        ],
-                    )?;
-                    g.launch_f(
-                        k.attn_combine,
-                        (nh as u32, t as u32, 1),
-                        hd.clamp(32, 256) as u32,
-                        0,
-                        &[
-                            Arg::U(s.part.ptr),
-                            Arg::U(s.qg.ptr + (hd as u64) * f4),
-                            Arg::U(2 * hd as u64),
-                            Arg::U(s.att.ptr),
-                            Arg::I(nh as i32),
-                            Arg::I(hd as i32),
-                            Arg::I(ns as i32),
-                        ],
-                    )?;
+                    self.attention(s, t, ns, slot, exact)?;
                     self.mv(out, s.att.ptr, s.mix.ptr, t, exact)?;
                 }
             }
@@ -2856,6 +2920,127 @@ impl CudaModel {
             self.mv(&self.output, s.h.ptr, s.logits.ptr, rows, exact)?;
         }
         Ok(())
+    }
+
+    /// Attention of the pass's `t` queries (in `s.q`, gates in `s.qg`) over
+    /// the cache of `slot` (the pass's keys already appended), into `s.att`.
+    /// Prefill (several tokens, not `exact`) goes through `attn_flash_<hd>`
+    /// in one launch; decode and verify through `ns` splits per query
+    /// (`attn_dec_<hd>`, or `attn_split`), merged by `attn_combine`. A
+    /// query's splits depend on its position alone, so a verify row equals
+    /// decoding bit for bit.
+    fn attention(
+        &self,
+        s: &Scratch,
+        t: usize,
+        ns: usize,
+        slot: i32,
+        exact: bool,
+    ) -> Result<(), CudaError> {
+        let c = &self.c;
+        let g = &self.gpu;
+        let k = &self.k;
+        let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let gate = s.qg.ptr + (hd as u64) * 4;
+        if let Some((f, smem)) = self.attn_flash.filter(|_| t > 1 && !exact) {
+            let qb = AF_BM / (nh / nkv);
+            return g.launch_f(
+                f,
+                (nkv as u32, t.div_ceil(qb) as u32, 1),
+                AF_THREADS,
+                smem,
+                &[
+                    Arg::U(s.q.ptr),
+                    Arg::U(s.tab.ptr),
+                    Arg::I(slot),
+                    Arg::U(gate),
+                    Arg::U(2 * hd as u64),
+                    Arg::U(s.att.ptr),
+                    Arg::U(s.ctl.ptr),
+                    Arg::I(t as i32),
+                    Arg::I(nh as i32),
+                    Arg::I(nkv as i32),
+                    Arg::F(scale),
+                ],
+            );
+        }
+        let dec = self.attn_dec.filter(|_| t == 1 || exact);
+        let combine = match dec {
+            Some((f, smem)) => {
+                // One wave of blocks, each taking every z-th split.
+                let z = (g.sm_count / nkv).clamp(1, ns);
+                g.launch_f(
+                    f,
+                    (nkv as u32, t as u32, z as u32),
+                    AD_THREADS,
+                    smem,
+                    &[
+                        Arg::U(s.q.ptr),
+                        Arg::U(s.tab.ptr),
+                        Arg::I(slot),
+                        Arg::U(s.part.ptr),
+                        Arg::U(s.ctl.ptr),
+                        Arg::I(nh as i32),
+                        Arg::I(nkv as i32),
+                        Arg::F(scale),
+                        Arg::I(ns as i32),
+                    ],
+                )?;
+                // The splits spread over blocks of `combine_cols` columns
+                // and up to 1,024 threads.
+                let cb = self.combine_cols(hd);
+                (k.attn_combine_w, (cb * (1024 / cb).min(16)) as u32, cb)
+            }
+            None => {
+                g.launch_f(
+                    k.attn_split,
+                    (nkv as u32, t as u32, ns as u32),
+                    128,
+                    0,
+                    &[
+                        Arg::U(s.q.ptr),
+                        Arg::U(s.tab.ptr),
+                        Arg::I(slot),
+                        Arg::U(s.part.ptr),
+                        Arg::U(s.ctl.ptr),
+                        Arg::I(nh as i32),
+                        Arg::I(nkv as i32),
+                        Arg::I(hd as i32),
+                        Arg::F(scale),
+                        Arg::I(ns as i32),
+                    ],
+                )?;
+                (k.attn_combine, hd.clamp(32, 256) as u32, hd)
+            }
+        };
+        g.launch_f(
+            combine.0,
+            (nh as u32, t as u32, (hd / combine.2) as u32),
+            combine.1,
+            0,
+            &[
+                Arg::U(s.part.ptr),
+                Arg::U(gate),
+                Arg::U(2 * hd as u64),
+                Arg::U(s.att.ptr),
+                Arg::I(nh as i32),
+                Arg::I(hd as i32),
+                Arg::I(ns as i32),
+                // attn_combine_w's columns per block (attn_combine: one block per row).
+                Arg::I(combine.2 as i32),
+            ][..if dec.is_some() { 8 } else { 7 }],
+        )
+    }
+
+    /// Columns per block of `attn_combine_w` (`REDLITE_CUDA_COMBINE_COLS`, a
+    /// divisor of `hd` from 32 up; default 64).
+    fn combine_cols(&self, hd: usize) -> usize {
+        std::env::var("REDLITE_CUDA_COMBINE_COLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n >= 32 && n <= hd && hd.is_multiple_of(n))
+            .unwrap_or(if hd.is_multiple_of(64) { 64 } else { hd })
     }
 
     /// One decode step of `st` (prepared): replay the captured graph, capturing
