@@ -799,6 +799,19 @@ impl GgufFile {
                 // already validated offsets against this same length.
                 let len = shard.map.len();
                 let mut mem = MmapMut::map_anon(len.max(1)).map_err(io)?;
+                // Ask for 2 MiB pages (where the kernel's transparent huge
+                // pages allow them): streaming the weights then walks a
+                // page table entry per 2 MiB instead of per 4 KiB.
+                // REDLITE_NO_HUGEPAGES=1 leaves the default pages.
+                #[cfg(target_os = "linux")]
+                if std::env::var_os("REDLITE_NO_HUGEPAGES").is_none_or(|v| v != "1") {
+                    if let Err(e) = mem.advise(memmap2::Advice::HugePage) {
+                        self.load_warnings.push(format!(
+                            "{}: madvise(HUGEPAGE) failed: {e}",
+                            shard.path.display()
+                        ));
+                    }
+                }
                 let mut file = File::open(&shard.path).map_err(io)?;
                 for chunk in mem[..len].chunks_mut(LOAD_CHUNK) {
                     file.read_exact(chunk).map_err(io)?;

@@ -18,7 +18,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
     let only: Option<String> = std::env::args().nth(2);
-    let n = 2048usize;
+    let n: usize = std::env::var("Q16_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2048);
     println!("q16 level {:?}, {} MiB per type", q16::level(), mib);
     for ty in [
         GgmlType::Q8_0,

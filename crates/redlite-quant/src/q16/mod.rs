@@ -69,16 +69,37 @@ pub struct Q16Act {
     /// signed bytes, for kernels that multiply bytes (`vpmaddubsw`).
     pub h: Vec<i8>,
     pub l: Vec<i8>,
-    /// `q` with each 32 values reordered as their even 32-bit pairs, then
-    /// their odd ones ([`PAIR_ORDER`]): the layout in which one widening
-    /// dot per 32 values adds products into the same 32-bit lanes as the
-    /// byte-plane Q4_K / Q5_K kernel does (for the multi-token kernel).
+    /// `q = 256·hb + lb` (`hb = q >> 8` in `−64..=63`, `lb = q & 255`), the
+    /// 32-value sub-blocks of each 256 in the order [`SB_ORDER`]: the planes
+    /// of the AVX-512 Q4_K / Q5_K kernel, whose 64-byte registers hold the
+    /// quants of sub-blocks `SB_ORDER[2r]` and `SB_ORDER[2r + 1]`.
+    pub hb: Vec<i8>,
+    pub lb: Vec<u8>,
+    /// `q` reordered per 256 values ([`p_index`]) so that one widening dot
+    /// per 32 values adds products into the same 32-bit lanes as the
+    /// AVX-512 byte-plane Q4_K / Q5_K kernel does (for the multi-token
+    /// kernel, which then gives the same bits).
     pub p: Vec<i16>,
 }
 
-/// The order of the `p` plane: value pair `PAIR_ORDER[i]` (of 16 pairs in a
-/// 32-value sub-block) goes to pair position `i`.
-pub const PAIR_ORDER: [usize; 16] = [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15];
+/// The order of the sub-blocks of 32 in the `hb` / `lb` planes: the
+/// AVX-512 Q4_K / Q5_K kernel's register `r` holds the low nibbles (`r`
+/// even) or the high nibbles (`r` odd) of 64 quant bytes, sub-blocks
+/// `SB_ORDER[2r]` then `SB_ORDER[2r + 1]`.
+pub const SB_ORDER: [usize; 8] = [0, 2, 1, 3, 4, 6, 5, 7];
+
+/// Where value `i` (0..256) of a block sits in the `p` plane: slot `s =
+/// 2r + k` (32 values) holds, in 32-bit lane `L` (two values), the values
+/// `4·(L mod 8) + 2k` and the next of sub-block `SB_ORDER[2r + L / 8]`, so
+/// a lane sees the four consecutive values of one sub-block that the byte
+/// kernel's lane `L` sees from register `r`.
+pub fn p_index(i: usize) -> usize {
+    let (sb, j) = (i / 32, i % 32);
+    let pos = SB_ORDER.iter().position(|&s| s == sb).unwrap_or(0);
+    let (r, half) = (pos / 2, pos % 2);
+    let (quad, k, e) = (j / 4, (j / 2) % 2, j % 2);
+    32 * (2 * r + k) + 2 * (8 * half + quad) + e
+}
 
 /// A borrowed view of quantized activations (one vector, or a run of blocks).
 #[derive(Clone, Copy)]
@@ -88,6 +109,8 @@ pub struct Q16Ref<'a> {
     pub sums: &'a [i32],
     pub h: &'a [i8],
     pub l: &'a [i8],
+    pub hb: &'a [i8],
+    pub lb: &'a [u8],
     pub p: &'a [i16],
 }
 
@@ -116,6 +139,8 @@ impl Q16Act {
         } else {
             self.h.clear();
             self.l.clear();
+            self.hb.clear();
+            self.lb.clear();
             self.p.clear();
         }
         finite
@@ -142,13 +167,34 @@ impl Q16Act {
         self.quantize_opt(x, false)
     }
 
-    /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127), and `p`.
+    /// Fill `h` and `l` from `q` (`q = 255·h + l`, `l` in ±127), `hb` and
+    /// `lb` (`q = 256·hb + lb`, sub-blocks in [`SB_ORDER`]) and `p`
+    /// ([`p_index`]); `q` holds whole blocks of [`QK`].
     fn split(&mut self) {
-        self.p.resize(self.q.len(), 0);
-        for (pc, qc) in self.p.chunks_exact_mut(32).zip(self.q.chunks_exact(32)) {
-            for (i, &src) in PAIR_ORDER.iter().enumerate() {
-                pc[2 * i] = qc[2 * src];
-                pc[2 * i + 1] = qc[2 * src + 1];
+        static P_INDEX: std::sync::OnceLock<[u8; QK]> = std::sync::OnceLock::new();
+        let pidx = P_INDEX.get_or_init(|| {
+            let mut t = [0u8; QK];
+            for (i, v) in t.iter_mut().enumerate() {
+                *v = p_index(i) as u8;
+            }
+            t
+        });
+        let n = self.q.len();
+        self.p.resize(n, 0);
+        self.hb.resize(n, 0);
+        self.lb.resize(n, 0);
+        for (b, qc) in self.q.chunks_exact(QK).enumerate() {
+            let pc = &mut self.p[b * QK..(b + 1) * QK];
+            for (i, &v) in qc.iter().enumerate() {
+                pc[pidx[i] as usize] = v;
+            }
+            for (pos, &sb) in SB_ORDER.iter().enumerate() {
+                let src = &qc[32 * sb..32 * sb + 32];
+                let o = b * QK + 32 * pos;
+                for (j, &v) in src.iter().enumerate() {
+                    self.hb[o + j] = (v >> 8) as i8;
+                    self.lb[o + j] = (v & 255) as u8;
+                }
             }
         }
         self.h.resize(self.q.len(), 0);
@@ -204,6 +250,8 @@ impl Q16Act {
             sums: &self.sums,
             h: &self.h,
             l: &self.l,
+            hb: &self.hb,
+            lb: &self.lb,
             p: &self.p,
         }
     }
@@ -217,6 +265,8 @@ impl Q16Act {
             sums: &self.sums[t * nb * 8..(t + 1) * nb * 8],
             h: &self.h[t * n..(t + 1) * n],
             l: &self.l[t * n..(t + 1) * n],
+            hb: &self.hb[t * n..(t + 1) * n],
+            lb: &self.lb[t * n..(t + 1) * n],
             p: &self.p[t * n..(t + 1) * n],
         }
     }
@@ -867,13 +917,204 @@ pub(crate) mod x86 {
         }
     }
 
-    /// The body of [`dot_k_bytes_n`] with AVX-512: each block's quants are
-    /// widened once to 16 bits with their sub-block scales multiplied in,
-    /// in the `p` plane's order, and every token then needs one widening
-    /// dot per 32 values on its `p` plane. Each 32-bit lane gathers the
-    /// same products as the byte-plane kernel's (`255·ah + al`, integers
-    /// exact; converted with the same single rounding), so the results are
-    /// its results bit for bit.
+    /// One Q4_K / Q5_K super-block made ready for the AVX-512 kernels: four
+    /// 64-byte registers of quants (register `r`: sub-blocks `SB_ORDER[2r]`
+    /// then `SB_ORDER[2r + 1]`, 32 bytes each, as the `hb` / `lb` planes
+    /// order them), the integer sub-block scales and minima, the two f16
+    /// scales.
+    struct Kb512 {
+        q: [__m512i; 4],
+        /// The eight 6-bit scales, byte `j` sub-block `j`.
+        sc: u64,
+        /// The eight 6-bit minima, likewise.
+        m: u64,
+        d: f32,
+        dmin: f32,
+    }
+
+    /// [`crate::kquants::scale_min_k4`] on 32-bit words (general
+    /// registers, leaving the vector ports to the products): the scales
+    /// and minima as bytes of two `u64`.
+    #[inline(always)]
+    fn scale_min_words(s: &[u8]) -> (u64, u64) {
+        let w = |o: usize| u32::from_le_bytes([s[o], s[o + 1], s[o + 2], s[o + 3]]);
+        let (a, b, c) = (w(0), w(4), w(8));
+        let sc_lo = a & 0x3F3F_3F3F;
+        let m_lo = b & 0x3F3F_3F3F;
+        // Byte j of (a >> 2) & 0x30: bits 6 and 7 of byte j at 4 and 5.
+        let sc_hi = (c & 0x0F0F_0F0F) | ((a >> 2) & 0x3030_3030);
+        let m_hi = ((c >> 4) & 0x0F0F_0F0F) | ((b >> 2) & 0x3030_3030);
+        (
+            sc_lo as u64 | (sc_hi as u64) << 32,
+            m_lo as u64 | (m_hi as u64) << 32,
+        )
+    }
+
+    /// The sub-blocks of register `r` of [`Kb512`].
+    const KB_PAIRS: [(usize, usize); 4] = [
+        (SB_ORDER[0], SB_ORDER[1]),
+        (SB_ORDER[2], SB_ORDER[3]),
+        (SB_ORDER[4], SB_ORDER[5]),
+        (SB_ORDER[6], SB_ORDER[7]),
+    ];
+
+    #[inline(always)]
+    unsafe fn kb_prep512<const FIVE: bool>(blk: &[u8]) -> Kb512 {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let p = blk.as_ptr();
+        let (sc, m) = scale_min_words(&blk[4..16]);
+        let qs = p.add(if FIVE { 48 } else { 16 });
+        // Bytes 0..63 of the quants: low nibbles are sub-blocks 0 and 2,
+        // high nibbles 1 and 3; bytes 64..127 likewise 4, 6 and 5, 7.
+        let v0 = _mm512_loadu_si512(qs as *const _);
+        let v1 = _mm512_loadu_si512(qs.add(64) as *const _);
+        let mut q = [
+            _mm512_and_si512(v0, m4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v0), m4),
+            _mm512_and_si512(v1, m4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v1), m4),
+        ];
+        if FIVE {
+            // The fifth bit of value i of sub-block k is bit k of qh[i].
+            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.add(16) as *const __m256i));
+            let sixteen = _mm512_set1_epi8(0x10);
+            for (r, &(a, b)) in KB_PAIRS.iter().enumerate() {
+                let bits = _mm512_mask_blend_epi8(
+                    0xFFFF_FFFF_0000_0000,
+                    _mm512_set1_epi8(1 << a),
+                    _mm512_set1_epi8((1u8 << b) as i8),
+                );
+                let k = _mm512_test_epi8_mask(qh, bits);
+                q[r] = _mm512_mask_add_epi8(q[r], k, q[r], sixteen);
+            }
+        }
+        Kb512 {
+            q,
+            sc,
+            m,
+            d: crate::util::f16_ptr(p),
+            dmin: crate::util::f16_ptr(p.add(2)),
+        }
+    }
+
+    /// `acc + Σ pairs a·b` (`vpdpwssd`, or `vpmaddwd` + `vpaddd`): the same
+    /// integers either way.
+    #[inline(always)]
+    unsafe fn dp512<const VNNI: bool>(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        if VNNI {
+            dpwssd512(acc, a, b)
+        } else {
+            _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+        }
+    }
+
+    /// A block's integer lanes `z` (16 × 32 bits) scaled into the token's
+    /// accumulator, and the minima's term `Σ_j m_j · Σ_{i∈j} q_i` (an exact
+    /// integer: `63 · 8 · 32 · 16383 < 2^31`, summed in general registers)
+    /// into its scalar one; the one- and multi-token kernels both end each
+    /// block with exactly this.
+    #[inline(always)]
+    unsafe fn kb_tail512(
+        z: __m512i,
+        k: &Kb512,
+        x: &Q16Ref<'_>,
+        b: usize,
+        acc: &mut __m512,
+        accm: &mut f32,
+    ) {
+        let dx = *x.d.get_unchecked(b);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), _mm512_set1_ps(k.d * dx), *acc);
+        let sp = x.sums.as_ptr().add(8 * b);
+        let mut mm = 0i32;
+        for j in 0..8 {
+            mm += ((k.m >> (8 * j)) & 0xFF) as i32 * *sp.add(j);
+        }
+        *accm += (k.dmin * dx) * mm as f32;
+    }
+
+    #[inline(always)]
+    unsafe fn kb_finish512(acc: __m512, accm: f32) -> f32 {
+        let hi = _mm512_castpd_ps(_mm512_castpd256_pd512(_mm512_extractf64x4_pd::<1>(
+            _mm512_castps_pd(acc),
+        )));
+        let a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_castps512_ps256(hi));
+        crate::util::hsum256(a8) - accm
+    }
+
+    /// Q4_K / Q5_K against one token's `hb` / `lb` planes with AVX-512: per
+    /// register of 64 quants, `vpmaddubsw` multiplies them with the signed
+    /// high bytes and the unsigned low bytes, and `vpdpwssd` (or `vpmaddwd`)
+    /// applies the two sub-blocks' scales (picked by `vpshufb` from one
+    /// broadcast of the eight) into `zh` and `zl`; the block's lanes are
+    /// `256·zh + zl`, exact integers (lane `L` sums the values `4·(L mod 8)`
+    /// to `4·(L mod 8) + 3` of the sub-blocks `SB_ORDER[2r + L / 8]` of every
+    /// register `r`), then one f32 rounding each.
+    #[inline(always)]
+    unsafe fn kb_one512<const FIVE: bool, const VNNI: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        let bytes = if FIVE { 176 } else { 144 };
+        let nb = data.len() / bytes;
+        let mut acc = _mm512_setzero_ps();
+        let mut accm = 0f32;
+        // vpshufb indices: word w of register r takes scale byte a (w < 16)
+        // or b, its high byte zero (index 0x80).
+        let sidx: [__m512i; 4] = {
+            let mut v = [_mm512_setzero_si512(); 4];
+            for (r, &(a, b)) in KB_PAIRS.iter().enumerate() {
+                v[r] = _mm512_mask_blend_epi16(
+                    0xFFFF_0000,
+                    _mm512_set1_epi16((0x8000u16 | a as u16) as i16),
+                    _mm512_set1_epi16((0x8000u16 | b as u16) as i16),
+                );
+            }
+            v
+        };
+        for b in 0..nb {
+            prefetch_ahead(data, b * bytes, bytes);
+            let k = kb_prep512::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
+            let sv = _mm512_set1_epi64(k.sc as i64);
+            let xh = x.hb.as_ptr().add(b * QK);
+            let xl = x.lb.as_ptr().add(b * QK);
+            let mut zh = _mm512_setzero_si512();
+            let mut zl = _mm512_setzero_si512();
+            for (r, (&idx, &q)) in sidx.iter().zip(&k.q).enumerate() {
+                let s = _mm512_shuffle_epi8(sv, idx);
+                let h = _mm512_loadu_si512(xh.add(64 * r) as *const _);
+                let l = _mm512_loadu_si512(xl.add(64 * r) as *const _);
+                zh = dp512::<VNNI>(zh, _mm512_maddubs_epi16(q, h), s);
+                zl = dp512::<VNNI>(zl, _mm512_maddubs_epi16(l, q), s);
+            }
+            let z = _mm512_add_epi32(_mm512_slli_epi32::<8>(zh), zl);
+            kb_tail512(z, &k, &x, b, &mut acc, &mut accm);
+        }
+        kb_finish512(acc, accm)
+    }
+
+    /// [`kb_one512`] with VNNI.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C; `data` whole blocks of the
+    /// type, `x` at least as many blocks with its `hb` / `lb` planes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_k_b512_vnni<const FIVE: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        kb_one512::<FIVE, true>(data, x)
+    }
+
+    /// [`kb_one512`] without VNNI.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL, AVX2, FMA, F16C; sizes as [`dot_k_b512_vnni`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_k_b512<const FIVE: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        kb_one512::<FIVE, false>(data, x)
+    }
+
+    /// The multi-token twin of [`kb_one512`]: each block's quants are
+    /// widened once to 16 bits with their sub-block scales multiplied in and
+    /// permuted (`vpermt2w`) into eight slots of the `p` plane's order
+    /// ([`p_index`]), and every token then needs one widening dot per 32
+    /// values. Each 32-bit lane gathers the same products as the one-token
+    /// kernel's (integers exact, the same tail), so the results are its
+    /// results bit for bit.
     #[inline(always)]
     unsafe fn kb_n512<const FIVE: bool, const VNNI: bool>(
         data: &[u8],
@@ -883,50 +1124,54 @@ pub(crate) mod x86 {
         let bytes = if FIVE { 176 } else { 144 };
         let nb = data.len() / bytes;
         let n = xs.len().min(NMAX);
-        let mut order = [0i32; 16];
-        for (o, &src) in order.iter_mut().zip(PAIR_ORDER.iter()) {
-            *o = src as i32;
-        }
-        let idx = _mm512_loadu_si512(order.as_ptr() as *const _);
-        let mut acc = [_mm256_setzero_ps(); NMAX];
-        let mut accm = [_mm256_setzero_ps(); NMAX];
+        // Slot k of register r: lane L takes words 4·(L mod 8) + 2k and the
+        // next from the first sub-block (L < 8, indices 0..31) or the second
+        // (indices 32..63).
+        let pidx: [__m512i; 2] = {
+            let mut t = [[0i16; 32]; 2];
+            for (k, tk) in t.iter_mut().enumerate() {
+                for (w, v) in tk.iter_mut().enumerate() {
+                    let (lane, e) = (w / 2, w % 2);
+                    let base = if lane < 8 { 0 } else { 32 };
+                    *v = (base + 4 * (lane % 8) + 2 * k + e) as i16;
+                }
+            }
+            [
+                _mm512_loadu_si512(t[0].as_ptr() as *const _),
+                _mm512_loadu_si512(t[1].as_ptr() as *const _),
+            ]
+        };
+        let mut acc = [_mm512_setzero_ps(); NMAX];
+        let mut accm = [0f32; NMAX];
         for b in 0..nb {
             prefetch_ahead(data, b * bytes, bytes);
-            let k = kb_prep::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
+            let k = kb_prep512::<FIVE>(&data[b * bytes..(b + 1) * bytes]);
             let mut w = [_mm512_setzero_si512(); 8];
-            for (kk, wk) in w.iter_mut().enumerate() {
-                let q16 = _mm512_cvtepu8_epi16(k.q[kk]);
-                let s = _mm512_set1_epi16(k.sc[kk] as i16);
-                *wk = _mm512_permutexvar_epi32(idx, _mm512_mullo_epi16(q16, s));
+            for (r, &(sa, sb)) in KB_PAIRS.iter().enumerate() {
+                let wa = _mm512_mullo_epi16(
+                    _mm512_cvtepu8_epi16(_mm512_castsi512_si256(k.q[r])),
+                    _mm512_set1_epi16(((k.sc >> (8 * sa)) & 0xFF) as i16),
+                );
+                let wb = _mm512_mullo_epi16(
+                    _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(k.q[r])),
+                    _mm512_set1_epi16(((k.sc >> (8 * sb)) & 0xFF) as i16),
+                );
+                w[2 * r] = _mm512_permutex2var_epi16(wa, pidx[0], wb);
+                w[2 * r + 1] = _mm512_permutex2var_epi16(wa, pidx[1], wb);
             }
-            let mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                k.m.as_ptr() as *const __m128i
-            )));
             for t in 0..n {
                 let x = &xs[t];
                 let xp = x.p.as_ptr().add(b * QK);
                 let mut z = _mm512_setzero_si512();
-                for (kk, &wk) in w.iter().enumerate() {
-                    let xv = _mm512_loadu_si512(xp.add(32 * kk) as *const _);
-                    z = if VNNI {
-                        dpwssd512(z, wk, xv)
-                    } else {
-                        _mm512_add_epi32(z, _mm512_madd_epi16(wk, xv))
-                    };
+                for (s, &ws) in w.iter().enumerate() {
+                    let xv = _mm512_loadu_si512(xp.add(32 * s) as *const _);
+                    z = dp512::<VNNI>(z, ws, xv);
                 }
-                let ti =
-                    _mm256_add_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64::<1>(z));
-                let dx = *x.d.get_unchecked(b);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ti), _mm256_set1_ps(k.d * dx), acc[t]);
-                let sv = _mm256_cvtepi32_ps(_mm256_loadu_si256(
-                    x.sums.as_ptr().add(8 * b) as *const __m256i
-                ));
-                accm[t] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(mv, _mm256_set1_ps(k.dmin * dx)), sv, accm[t]);
+                kb_tail512(z, &k, x, b, &mut acc[t], &mut accm[t]);
             }
         }
         for t in 0..n {
-            out[t] = crate::util::hsum256(_mm256_sub_ps(acc[t], accm[t]));
+            out[t] = kb_finish512(acc[t], accm[t]);
         }
     }
 
@@ -1253,10 +1498,14 @@ fn in_groups(
 fn check_planes(data: &[u8], bytes: usize, x: Q16Ref<'_>) {
     let n = data.len() / bytes * QK;
     assert!(
-        x.h.len() >= n && x.l.len() >= n && x.p.len() >= n,
+        x.h.len() >= n && x.l.len() >= n && x.hb.len() >= n && x.lb.len() >= n && x.p.len() >= n,
         "q16 byte-plane dot: {} weight values against {} planes",
         n,
-        x.h.len().min(x.l.len()).min(x.p.len())
+        x.h.len()
+            .min(x.l.len())
+            .min(x.hb.len())
+            .min(x.lb.len())
+            .min(x.p.len())
     );
 }
 
@@ -1365,6 +1614,20 @@ table! {
     IQ1M => GgmlType::IQ1_M, 56, true, false, unpack_iq1_m;
 }
 
+/// The level whose Q4_K / Q5_K byte-plane kernels run at `level`:
+/// `REDLITE_KBYTES_AVX2=1` keeps the AVX2 pair (one- and multi-token, so
+/// they still agree bit for bit) on AVX-512 machines, for comparison.
+fn kbytes_level(level: Q16Level) -> Q16Level {
+    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let avx2 =
+        *AVX2.get_or_init(|| std::env::var_os("REDLITE_KBYTES_AVX2").is_some_and(|v| v == "1"));
+    if avx2 && level > Q16Level::Avx2 {
+        Q16Level::Avx2
+    } else {
+        level
+    }
+}
+
 /// The byte-plane decode kernel of `ty` at `level`, where one exists (Q4_K,
 /// Q5_K: unsigned quants multiply the activations' byte planes directly).
 fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
@@ -1386,9 +1649,29 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
             // SAFETY: as above.
             unsafe { x86::dot_k_bytes::<true>(data, x) }
         }
+        macro_rules! k512 {
+            ($name:ident, $bytes:expr, $five:expr, $kernel:ident, $what:literal) => {
+                fn $name(data: &[u8], x: Q16Ref<'_>) -> f32 {
+                    check_sizes(data, $bytes, x);
+                    check_planes(data, $bytes, x);
+                    // SAFETY: chosen only at a level whose features the
+                    // kernel enables ($what); sizes and planes checked.
+                    unsafe { x86::$kernel::<$five>(data, x) }
+                }
+            };
+        }
+        k512!(q4_vnni, 144, false, dot_k_b512_vnni, "AVX-512 with VNNI");
+        k512!(q5_vnni, 176, true, dot_k_b512_vnni, "AVX-512 with VNNI");
+        k512!(q4_512, 144, false, dot_k_b512, "AVX-512 F/BW/VL");
+        k512!(q5_512, 176, true, dot_k_b512, "AVX-512 F/BW/VL");
+        let pick: [DotQ16Fn; 2] = match kbytes_level(level) {
+            Q16Level::Avx512Vnni => [q4_vnni, q5_vnni],
+            Q16Level::Avx512 => [q4_512, q5_512],
+            _ => [q4, q5],
+        };
         match ty {
-            GgmlType::Q4_K => return Some(q4),
-            GgmlType::Q5_K => return Some(q5),
+            GgmlType::Q4_K => return Some(pick[0]),
+            GgmlType::Q5_K => return Some(pick[1]),
             _ => {}
         }
     }
@@ -1453,7 +1736,7 @@ fn byte_dot_n(ty: GgmlType, level: Q16Level) -> Option<DotNQ16Fn> {
         kn!(q5_512, 176, true, dot_k_n512, "AVX-512 F/BW/VL");
         kn!(q4_vnni, 144, false, dot_k_n512_vnni, "AVX-512 with VNNI");
         kn!(q5_vnni, 176, true, dot_k_n512_vnni, "AVX-512 with VNNI");
-        let pick: [DotNQ16Fn; 2] = match level {
+        let pick: [DotNQ16Fn; 2] = match kbytes_level(level) {
             Q16Level::Avx512Vnni => [q4_vnni, q5_vnni],
             Q16Level::Avx512 => [q4_512, q5_512],
             _ => [q4_avx2, q5_avx2],
@@ -1710,8 +1993,9 @@ mod tests {
     /// Every representable activation splits exactly into two signed bytes.
     #[test]
     fn split_covers_every_value() {
+        // Every value, plus one zero to make whole blocks of 256.
         let mut a = Q16Act {
-            q: (-16383i16..=16383).collect(),
+            q: (-16383i16..=16383).chain([0]).collect(),
             ..Q16Act::default()
         };
         a.split();
@@ -1721,6 +2005,22 @@ mod tests {
                 l.unsigned_abs() <= 127 && h.unsigned_abs() <= 64,
                 "q {q}: {h} {l}"
             );
+        }
+        // The AVX-512 planes: q = 256·hb + lb with the sub-blocks of each
+        // 256 in SB_ORDER, and p a permutation of each block's values.
+        for (b, qc) in a.q.chunks_exact(QK).enumerate() {
+            for (i, &q) in qc.iter().enumerate() {
+                let pos = SB_ORDER.iter().position(|&s| s == i / 32).expect("order");
+                let o = b * QK + 32 * pos + i % 32;
+                assert_eq!(q as i32, 256 * a.hb[o] as i32 + a.lb[o] as i32, "q {q}");
+                assert!((-64..=63).contains(&a.hb[o]), "q {q}");
+                assert_eq!(a.p[b * QK + p_index(i)], q, "block {b} value {i}");
+            }
+        }
+        let mut seen = [false; QK];
+        for i in 0..QK {
+            assert!(!seen[p_index(i)], "p_index repeats at {i}");
+            seen[p_index(i)] = true;
         }
     }
 
