@@ -341,7 +341,7 @@ const ONE_TILE: usize = 128;
 #[inline]
 fn dot_rows_two_streams(ys: &mut [f32], mut dot: impl FnMut(usize) -> f32) {
     static ONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ONE.get_or_init(|| std::env::var_os("REDLITE_ONE_STREAM").is_some()) {
+    if *ONE.get_or_init(|| std::env::var_os("REDLITE_ONE_STREAM").is_some_and(|v| v == "1")) {
         for (r, y) in ys.iter_mut().enumerate() {
             *y = dot(r);
         }
@@ -997,6 +997,22 @@ mod tests {
 
     fn backend() -> CpuBackend {
         CpuBackend::new(Some(2)).expect("pool")
+    }
+
+    #[test]
+    fn two_streams_compute_every_row_once() {
+        for n in [0usize, 1, 2, 3, 7, 127, 128] {
+            let mut ys = vec![f32::NAN; n];
+            let mut seen = vec![0u32; n];
+            dot_rows_two_streams(&mut ys, |r| {
+                seen[r] += 1;
+                r as f32 * 2.0 + 1.0
+            });
+            assert!(seen.iter().all(|&c| c == 1), "n {n}: rows {seen:?}");
+            for (r, y) in ys.iter().enumerate() {
+                assert_eq!(*y, r as f32 * 2.0 + 1.0, "n {n} row {r}");
+            }
+        }
     }
 
     #[test]

@@ -2879,6 +2879,31 @@ extern "C" __global__ void kv_append(const float* __restrict__ k, const float* _
     ((float*)tab[slot + 1])[off] = v[i];
 }
 
+// One head's split record pp = (M, L, o[0..hd)) from the online-softmax
+// partials of nw warps: warp w's running max m[w·ms], sum l[w·ms] and
+// outputs o[w·os + c], rescaled to the largest max (warps that saw no key,
+// max −inf, left out). The block's threads take the columns, thread 0 M and
+// L; the caller synchronises before and after.
+__device__ __forceinline__ void att_merge_warps(float* __restrict__ pp, int nw, int hd,
+                                                const float* m, const float* l, int ms,
+                                                const float* o, int os) {
+    float M = -INFINITY;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, m[w * ms]);
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0.f;
+        for (int w = 0; w < nw; w++)
+            if (m[w * ms] != -INFINITY) acc += o[w * os + c] * expf(m[w * ms] - M);
+        pp[2 + c] = acc;
+    }
+    if (threadIdx.x == 0) {
+        float L = 0.f;
+        for (int w = 0; w < nw; w++)
+            if (m[w * ms] != -INFINITY) L += l[w * ms] * expf(m[w * ms] - M);
+        pp[0] = M;
+        pp[1] = L;
+    }
+}
+
 // Split-K causal attention, grouped by KV head. Block (KV head g, query t,
 // split s) attends query t (position pos0 + t, pos0 = ctl[0]) of each query
 // head h of the group (h = g·G + i, G = nh / nkv) to keys [s·L, min((s+1)·L,
@@ -2974,21 +2999,8 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
         for (int i = 0; i < gh; i++) {
             int h = g * G + h0 + i;
             float* pp = part + (((u64)t * nh + h) * ns + s) * (hd + 2);
-            float M = -INFINITY;
-            for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w][i]);
-            for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-                float acc = 0.f;
-                for (int w = 0; w < ATT_WARPS; w++)
-                    if (sm_m[w][i] != -INFINITY) acc += sm_o[w][i][c] * expf(sm_m[w][i] - M);
-                pp[2 + c] = acc;
-            }
-            if (threadIdx.x == 0) {
-                float L = 0.f;
-                for (int w = 0; w < ATT_WARPS; w++)
-                    if (sm_m[w][i] != -INFINITY) L += sm_l[w][i] * expf(sm_m[w][i] - M);
-                pp[0] = M;
-                pp[1] = L;
-            }
+            att_merge_warps(pp, ATT_WARPS, hd, &sm_m[0][i], &sm_l[0][i], ATT_GH, &sm_o[0][i][0],
+                            ATT_GH * HD_MAX);
         }
     }
 }
@@ -3277,21 +3289,8 @@ __device__ __forceinline__ void attn_dec_body(const float* __restrict__ q,
             for (int i = 0; i < AD_G / 2 && h0 + i < G; i++) {
                 const int hh = h0 + i;
                 float* pp = part_s + (u64)hh * ns * (HD + 2);
-                float M = -INFINITY;
-                for (int w = 0; w < AD_W; w++) M = fmaxf(M, sm_m[w][hh]);
-                for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-                    float acc = 0.f;
-                    for (int w = 0; w < AD_W; w++)
-                        if (sm_m[w][hh] != -INFINITY) acc += so[w][i][c] * expf(sm_m[w][hh] - M);
-                    pp[2 + c] = acc;
-                }
-                if (threadIdx.x == 0) {
-                    float L = 0.f;
-                    for (int w = 0; w < AD_W; w++)
-                        if (sm_m[w][hh] != -INFINITY) L += sm_l[w][hh] * expf(sm_m[w][hh] - M);
-                    pp[0] = M;
-                    pp[1] = L;
-                }
+                att_merge_warps(pp, AD_W, HD, &sm_m[0][hh], &sm_l[0][hh], AD_G, &so[0][i][0],
+                                (AD_G / 2) * HD);
             }
         }
         __syncthreads();

@@ -1636,20 +1636,7 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        fn q4(data: &[u8], x: Q16Ref<'_>) -> f32 {
-            check_sizes(data, 144, x);
-            check_planes(data, 144, x);
-            // SAFETY: chosen only above the scalar level (AVX2, FMA and
-            // F16C present); sizes checked above.
-            unsafe { x86::dot_k_bytes::<false>(data, x) }
-        }
-        fn q5(data: &[u8], x: Q16Ref<'_>) -> f32 {
-            check_sizes(data, 176, x);
-            check_planes(data, 176, x);
-            // SAFETY: as above.
-            unsafe { x86::dot_k_bytes::<true>(data, x) }
-        }
-        macro_rules! k512 {
+        macro_rules! k1 {
             ($name:ident, $bytes:expr, $five:expr, $kernel:ident, $what:literal) => {
                 fn $name(data: &[u8], x: Q16Ref<'_>) -> f32 {
                     check_sizes(data, $bytes, x);
@@ -1660,14 +1647,16 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
                 }
             };
         }
-        k512!(q4_vnni, 144, false, dot_k_b512_vnni, "AVX-512 with VNNI");
-        k512!(q5_vnni, 176, true, dot_k_b512_vnni, "AVX-512 with VNNI");
-        k512!(q4_512, 144, false, dot_k_b512, "AVX-512 F/BW/VL");
-        k512!(q5_512, 176, true, dot_k_b512, "AVX-512 F/BW/VL");
+        k1!(q4_avx2, 144, false, dot_k_bytes, "AVX2, FMA, F16C");
+        k1!(q5_avx2, 176, true, dot_k_bytes, "AVX2, FMA, F16C");
+        k1!(q4_vnni, 144, false, dot_k_b512_vnni, "AVX-512 with VNNI");
+        k1!(q5_vnni, 176, true, dot_k_b512_vnni, "AVX-512 with VNNI");
+        k1!(q4_512, 144, false, dot_k_b512, "AVX-512 F/BW/VL");
+        k1!(q5_512, 176, true, dot_k_b512, "AVX-512 F/BW/VL");
         let pick: [DotQ16Fn; 2] = match kbytes_level(level) {
             Q16Level::Avx512Vnni => [q4_vnni, q5_vnni],
             Q16Level::Avx512 => [q4_512, q5_512],
-            _ => [q4, q5],
+            _ => [q4_avx2, q5_avx2],
         };
         match ty {
             GgmlType::Q4_K => return Some(pick[0]),
