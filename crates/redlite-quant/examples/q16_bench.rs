@@ -53,8 +53,22 @@ fn main() {
                 GgmlType::IQ1_M => None,
                 _ => Some(0),
             };
+            let h = half::f16::from_f32(0.01).to_bits();
             if let Some(o) = off {
-                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+                blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+            // The K-quants' second scale (the minima's) too.
+            if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+                blk[2..4].copy_from_slice(&h.to_le_bytes());
+            }
+            // IQ1_M spreads its f16 scale over the top nibbles of its four
+            // scale words (bytes 48..56).
+            if ty == GgmlType::IQ1_M {
+                for (i, sh) in [0u16, 4, 8, 12].iter().enumerate() {
+                    let w = u16::from_le_bytes([blk[48 + 2 * i], blk[49 + 2 * i]]);
+                    let w = (w & 0x0fff) | (((h >> sh) & 0xf) << 12);
+                    blk[48 + 2 * i..50 + 2 * i].copy_from_slice(&w.to_le_bytes());
+                }
             }
         }
         let x: Vec<f32> = (0..n)

@@ -1210,6 +1210,109 @@ pub(crate) mod x86 {
         super::simd_iq::dot_iq1_m_fused::<false>(data, x.q.as_ptr(), x.d.as_ptr())
     }
 
+    /// A lattice type's AVX-512 register unpacker: block `b` as the eight
+    /// 512-bit weight registers [`block512_z`] takes (the integers of the
+    /// type's unpacker) and its f32 scale.
+    pub(crate) trait ZUnpack: Unpack {
+        /// # Safety
+        /// The CPU has AVX-512 F/BW/VL, AVX2, FMA and F16C; `b` points at a
+        /// whole block of `BYTES` bytes.
+        unsafe fn zmm(b: *const u8, w: &mut [__m512i; 8]) -> f32;
+    }
+    impl ZUnpack for super::IQ1M {
+        #[inline(always)]
+        unsafe fn zmm(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { super::simd_iq::zmm_iq1_m(b, w) }
+        }
+    }
+    impl ZUnpack for super::Q6K {
+        #[inline(always)]
+        unsafe fn zmm(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { super::simd_iq::zmm_q6_k(b, w) }
+        }
+    }
+    impl ZUnpack for super::IQ2XS {
+        #[inline(always)]
+        unsafe fn zmm(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { super::simd_iq::zmm_iq2_xs(b, w) }
+        }
+    }
+
+    /// [`body512`] with each block unpacked straight into registers by
+    /// [`ZUnpack::zmm`] (table rows gathered, nothing stored and read back),
+    /// then [`block512_z`]: the same integers and f32 steps, so the same bits.
+    #[inline(always)]
+    unsafe fn body_zmm<U: ZUnpack, const VNNI: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut accm = _mm256_setzero_ps();
+        let m = [0f32; 8];
+        let mut w = [_mm512_setzero_si512(); 8];
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
+            let s = U::zmm(data.as_ptr().add(b * U::BYTES), &mut w);
+            block512_z::<U, VNNI>(&w, &[s; 8], &m, &x, b, &mut acc, &mut accm);
+        }
+        finish512::<U>(&acc, accm)
+    }
+
+    /// [`body512_n`] with the register unpacker of [`body_zmm`].
+    #[inline(always)]
+    unsafe fn body_zmm_n<U: ZUnpack, const VNNI: bool>(
+        data: &[u8],
+        xs: &[Q16Ref<'_>],
+        out: &mut [f32],
+    ) {
+        let n = xs.len().min(NMAX);
+        let mut acc = [[_mm256_setzero_ps(); 2]; NMAX];
+        let mut accm = [_mm256_setzero_ps(); NMAX];
+        let m = [0f32; 8];
+        let mut w = [_mm512_setzero_si512(); 8];
+        let nb = data.len() / U::BYTES;
+        for b in 0..nb {
+            prefetch_ahead(data, b * U::BYTES, U::BYTES);
+            let s = [U::zmm(data.as_ptr().add(b * U::BYTES), &mut w); 8];
+            for t in 0..n {
+                block512_z::<U, VNNI>(&w, &s, &m, &xs[t], b, &mut acc[t], &mut accm[t]);
+            }
+        }
+        for t in 0..n {
+            out[t] = finish512::<U>(&acc[t], accm[t]);
+        }
+    }
+
+    /// [`body_zmm`] with AVX-512 VNNI.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `data` holds
+    /// whole blocks and `x` the activations of as many.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_zmm_vnni<U: ZUnpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        body_zmm::<U, true>(data, x)
+    }
+
+    /// [`body_zmm`] with AVX-512 without VNNI (safety as [`dot_zmm_vnni`]).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_zmm_512<U: ZUnpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
+        body_zmm::<U, false>(data, x)
+    }
+
+    /// [`body_zmm_n`] with AVX-512 VNNI (safety as [`dot_zmm_vnni`], for
+    /// every token).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_n_zmm_vnni<U: ZUnpack>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        body_zmm_n::<U, true>(data, xs, out)
+    }
+
+    /// [`body_zmm_n`] with AVX-512 without VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn dot_n_zmm_512<U: ZUnpack>(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+        body_zmm_n::<U, false>(data, xs, out)
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_avx512_vnni<U: Unpack>(data: &[u8], x: Q16Ref<'_>) -> f32 {
         body512::<U, true>(data, x)
@@ -1596,7 +1699,9 @@ macro_rules! table {
                         dot: byte_dot(ty, level)
                             .or(lattice_dot(ty, level))
                             .unwrap_or($name::dot_level(level)),
-                        dot_n: byte_dot_n(ty, level).unwrap_or($name::dot_n_level(level)),
+                        dot_n: byte_dot_n(ty, level)
+                            .or(lattice_dot_n(ty, level))
+                            .unwrap_or($name::dot_n_level(level)),
                     });
                 }
             )*
@@ -1667,16 +1772,43 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     None
 }
 
-/// The one-token IQ1_M dot that keeps its weights in registers, with
-/// AVX-512 (the same bits as the generic driver).
+/// Whether IQ1_M, IQ2_XS and Q6_K take the register unpackers (table rows
+/// gathered for the lattice types) at the AVX-512 levels (default;
+/// `REDLITE_CPU_GATHER=0`: the IQ1_M dot of table rows loaded one by one,
+/// the generic driver for the other two).
+fn gather_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("REDLITE_CPU_GATHER").is_none_or(|v| v != "0"))
+}
+
+/// The one-token dot of the lattice types with their weights kept in
+/// registers, with AVX-512 (the same bits as the generic driver): gathered
+/// table rows for IQ1_M and IQ2_XS, or (`REDLITE_CPU_GATHER=0`) the IQ1_M
+/// rows loaded one by one.
 fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let generic = *GENERIC.get_or_init(|| std::env::var_os("REDLITE_IQ1M_GENERIC").is_some());
-    if ty != GgmlType::IQ1_M || generic {
+    if generic {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
+        macro_rules! z1 {
+            ($name:ident, $bytes:expr, $u:ty, $kernel:ident, $what:literal) => {
+                fn $name(data: &[u8], x: Q16Ref<'_>) -> f32 {
+                    check_sizes(data, $bytes, x);
+                    // SAFETY: chosen only at a level whose features the
+                    // kernel enables ($what); sizes checked.
+                    unsafe { x86::$kernel::<$u>(data, x) }
+                }
+            };
+        }
+        z1!(iq1_zv, 56, IQ1M, dot_zmm_vnni, "AVX-512 with VNNI");
+        z1!(iq1_z, 56, IQ1M, dot_zmm_512, "AVX-512 F/BW/VL");
+        z1!(iq2_zv, 74, IQ2XS, dot_zmm_vnni, "AVX-512 with VNNI");
+        z1!(iq2_z, 74, IQ2XS, dot_zmm_512, "AVX-512 F/BW/VL");
+        z1!(q6_zv, 210, Q6K, dot_zmm_vnni, "AVX-512 with VNNI");
+        z1!(q6_z, 210, Q6K, dot_zmm_512, "AVX-512 F/BW/VL");
         fn vnni(data: &[u8], x: Q16Ref<'_>) -> f32 {
             check_sizes(data, 56, x);
             // SAFETY: chosen only at the AVX-512 VNNI level (AVX-512
@@ -1688,12 +1820,55 @@ fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
             // SAFETY: chosen only at the AVX-512 level; sizes checked.
             unsafe { x86::dot_iq1_m_512(data, x) }
         }
-        match level {
-            Q16Level::Avx512Vnni => return Some(vnni),
-            Q16Level::Avx512 => return Some(plain),
-            _ => {}
+        let vn = level == Q16Level::Avx512Vnni;
+        if level < Q16Level::Avx512 {
+            return None;
         }
+        return match (ty, gather_on()) {
+            (GgmlType::IQ1_M, true) => Some(if vn { iq1_zv } else { iq1_z }),
+            (GgmlType::IQ2_XS, true) => Some(if vn { iq2_zv } else { iq2_z }),
+            (GgmlType::Q6_K, true) => Some(if vn { q6_zv } else { q6_z }),
+            (GgmlType::IQ1_M, false) => Some(if vn { vnni } else { plain }),
+            _ => None,
+        };
     }
+    #[allow(unreachable_code)]
+    None
+}
+
+/// The multi-token twin of [`lattice_dot`]'s gathering kernels.
+fn lattice_dot_n(ty: GgmlType, level: Q16Level) -> Option<DotNQ16Fn> {
+    if level < Q16Level::Avx512 || !gather_on() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! zn {
+            ($name:ident, $bytes:expr, $u:ty, $kernel:ident, $what:literal) => {
+                fn $name(data: &[u8], xs: &[Q16Ref<'_>], out: &mut [f32]) {
+                    // SAFETY: chosen only at a level whose features the
+                    // kernel enables ($what); in_groups checks every size.
+                    in_groups(data, $bytes, xs, out, |d, x, o| unsafe {
+                        x86::$kernel::<$u>(d, x, o)
+                    })
+                }
+            };
+        }
+        zn!(iq1_zv, 56, IQ1M, dot_n_zmm_vnni, "AVX-512 with VNNI");
+        zn!(iq1_z, 56, IQ1M, dot_n_zmm_512, "AVX-512 F/BW/VL");
+        zn!(iq2_zv, 74, IQ2XS, dot_n_zmm_vnni, "AVX-512 with VNNI");
+        zn!(iq2_z, 74, IQ2XS, dot_n_zmm_512, "AVX-512 F/BW/VL");
+        zn!(q6_zv, 210, Q6K, dot_n_zmm_vnni, "AVX-512 with VNNI");
+        zn!(q6_z, 210, Q6K, dot_n_zmm_512, "AVX-512 F/BW/VL");
+        let vn = level == Q16Level::Avx512Vnni;
+        return match ty {
+            GgmlType::IQ1_M => Some(if vn { iq1_zv } else { iq1_z }),
+            GgmlType::IQ2_XS => Some(if vn { iq2_zv } else { iq2_z }),
+            GgmlType::Q6_K => Some(if vn { q6_zv } else { q6_z }),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
     None
 }
 
@@ -1928,6 +2103,54 @@ mod tests {
     /// The multi-token dot equals the single-token dot of the same level
     /// bit for bit, for every token count (groups of NMAX included), every
     /// type and every level this CPU runs.
+    /// The register-unpacking dots (IQ1_M, IQ2_XS, Q6_K) and the IQ1_M dot
+    /// of rows loaded one by one equal the generic AVX-512 driver (which
+    /// unpacks each block to memory) bit for bit.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn register_dots_equal_generic() {
+        if !gemm::level_supported(Q16Level::Avx512Vnni) || level() < Q16Level::Avx512Vnni {
+            return;
+        }
+        for (i, ty) in [GgmlType::IQ1_M, GgmlType::IQ2_XS, GgmlType::Q6_K]
+            .into_iter()
+            .enumerate()
+        {
+            for nb in [1usize, 7, 9, 33] {
+                let data = random_blocks(ty, nb, 300 + i as u64 + nb as u64);
+                let x = random_x(nb * QK, 40 + nb as u64);
+                let mut a = Q16Act::default();
+                assert!(a.quantize(&x));
+                let xv = a.view();
+                // SAFETY: the AVX-512 VNNI level (all the features these
+                // kernels enable) was checked above; whole blocks.
+                let (want, zmm, fused) = unsafe {
+                    match ty {
+                        GgmlType::IQ1_M => (
+                            x86::dot_avx512_vnni::<IQ1M>(&data, xv),
+                            x86::dot_zmm_vnni::<IQ1M>(&data, xv),
+                            Some(x86::dot_iq1_m_vnni(&data, xv)),
+                        ),
+                        GgmlType::IQ2_XS => (
+                            x86::dot_avx512_vnni::<IQ2XS>(&data, xv),
+                            x86::dot_zmm_vnni::<IQ2XS>(&data, xv),
+                            None,
+                        ),
+                        _ => (
+                            x86::dot_avx512_vnni::<Q6K>(&data, xv),
+                            x86::dot_zmm_vnni::<Q6K>(&data, xv),
+                            None,
+                        ),
+                    }
+                };
+                assert_eq!(zmm.to_bits(), want.to_bits(), "{ty} nb {nb}: register dot");
+                if let Some(f) = fused {
+                    assert_eq!(f.to_bits(), want.to_bits(), "{ty} nb {nb}: row-load dot");
+                }
+            }
+        }
+    }
+
     #[test]
     fn dot_n_equals_dot_bit_for_bit() {
         let levels = ALL_LEVELS;

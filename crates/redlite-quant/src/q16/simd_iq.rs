@@ -22,7 +22,7 @@
 use super::Unpacked;
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{dot_iq1_m_fused, unpack_iq1_m, unpack_iq2_xs};
+pub use x86::{dot_iq1_m_fused, unpack_iq1_m, unpack_iq2_xs, zmm_iq1_m, zmm_iq2_xs, zmm_q6_k};
 
 /// The scalar twin (no SIMD on this architecture).
 ///
@@ -414,6 +414,225 @@ mod x86 {
         t
     }
 
+    /// `8·grid ± 1` of every IQ1_S/IQ1_M grid entry as eight bytes, keyed by
+    /// the entry's 12 bits (11-bit index, bit 11 the delta's sign: rows
+    /// `0..2048` take `+1`, `2048..4096` take `-1`), for the gathers of
+    /// [`zmm_iq1_m`] (32 KiB).
+    static IQ1_K8: A64<[u64; 4096]> = A64(iq1_k8());
+
+    const fn iq1_k8() -> [u64; 4096] {
+        let mut t = [0u64; 4096];
+        let mut i = 0;
+        while i < 4096 {
+            let mut v = 0u64;
+            let mut j = 0;
+            while j < 8 {
+                let g = (IQ1S_GRID[i % 2048] >> (8 * j)) as u8 as i8 as i16;
+                let w = 8 * g + if i < 2048 { 1 } else { -1 };
+                v |= ((w as i8 as u8) as u64) << (8 * j);
+                j += 1;
+            }
+            t[i] = v;
+            i += 1;
+        }
+        t
+    }
+
+    /// Word indices for `vpermw`: register `i` of a block's eight takes group
+    /// scale `2i` in its first 16 lanes and `2i + 1` in the last 16.
+    static PAIR_IDX: A64<[[u16; 32]; 8]> = A64(pair_idx());
+
+    const fn pair_idx() -> [[u16; 32]; 8] {
+        let mut t = [[0u16; 32]; 8];
+        let mut i = 0;
+        while i < 8 {
+            let mut k = 0;
+            while k < 32 {
+                t[i][k] = (2 * i + k / 16) as u16;
+                k += 1;
+            }
+            i += 1;
+        }
+        t
+    }
+
+    /// The eight 512-bit weight registers of a block from its eight bytes per
+    /// 8-value entry (`g[q]`: entries `8q .. 8q + 8`, signed bytes) and its
+    /// 16 group scales as words (`s16`, lanes 0..16): `w[i]` = values
+    /// `32i .. 32i + 32` as `i16`, each times its group's scale.
+    #[inline(always)]
+    unsafe fn widen_scale(g: &[__m512i; 4], s16: __m512i, w: &mut [__m512i; 8]) {
+        // SAFETY: register work of AVX-512 F/BW (the callers' features) and
+        // aligned loads of the 64-byte rows of PAIR_IDX.
+        unsafe {
+            let idx = PAIR_IDX.0.as_ptr();
+            for q in 0..4 {
+                let lo = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(g[q]));
+                let hi = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64::<1>(g[q]));
+                let s0 = _mm512_permutexvar_epi16(_mm512_load_si512(idx.add(2 * q).cast()), s16);
+                let s1 =
+                    _mm512_permutexvar_epi16(_mm512_load_si512(idx.add(2 * q + 1).cast()), s16);
+                w[2 * q] = _mm512_mullo_epi16(lo, s0);
+                w[2 * q + 1] = _mm512_mullo_epi16(hi, s1);
+            }
+        }
+    }
+
+    /// Four gathers of eight 8-byte table rows: row keys are the 32 words
+    /// of `keys` (each below the table's length).
+    #[inline(always)]
+    unsafe fn gather4(keys: __m512i, t: *const u64) -> [__m512i; 4] {
+        // SAFETY: every key indexes a row of the table at `t` (the callers'
+        // promise); the gathers read 8 bytes per row.
+        unsafe {
+            let k0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(keys));
+            let k1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64::<1>(keys));
+            let t = t.cast::<i64>();
+            [
+                _mm512_i32gather_epi64::<8>(_mm512_castsi512_si256(k0), t),
+                _mm512_i32gather_epi64::<8>(_mm512_extracti64x4_epi64::<1>(k0), t),
+                _mm512_i32gather_epi64::<8>(_mm512_castsi512_si256(k1), t),
+                _mm512_i32gather_epi64::<8>(_mm512_extracti64x4_epi64::<1>(k1), t),
+            ]
+        }
+    }
+
+    /// IQ1_M into eight 512-bit registers (`w[i]` = values `32i .. 32i + 32`
+    /// as `i16`, the integers of [`unpack_iq1_m`]); returns the block's f32
+    /// scale `d / 8`. The 32 entries' 8-byte rows of `8·grid ± 1` come by
+    /// four gathers from [`IQ1_K8`] (keyed by index and delta sign), are
+    /// sign-extended and multiplied by their group scales.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL, AVX2, FMA and F16C; `b` points at a whole
+    /// 56-byte block.
+    #[inline(always)]
+    pub unsafe fn zmm_iq1_m(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+        // SAFETY: the block's 56 bytes are readable (32 at 0, 16 at 32, 8 at
+        // 48); keys are 12-bit (inside IQ1_K8); the table vectors are
+        // 64-byte aligned.
+        unsafe {
+            let (d, scb) = iq1_m_scales(b);
+            let dup = _mm512_load_si512(IQ1_DUP.0.as_ptr().cast());
+            let shift = _mm512_load_si512(IQ1_SHIFT.0.as_ptr().cast());
+            let q = _mm512_cvtepu8_epi16(_mm256_loadu_si256(b.cast()));
+            let h = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(b.add(32).cast())));
+            let v = _mm512_srlv_epi16(_mm512_permutexvar_epi16(dup, h), shift);
+            let keys = _mm512_or_si512(
+                q,
+                _mm512_slli_epi16::<8>(_mm512_and_si512(v, _mm512_set1_epi16(15))),
+            );
+            let g = gather4(keys, IQ1_K8.0.as_ptr());
+            let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(scb)));
+            widen_scale(&g, s16, w);
+            d * 0.125
+        }
+    }
+
+    /// IQ2_XS into eight 512-bit registers (as [`zmm_iq1_m`]; the integers of
+    /// [`unpack_iq2_xs`]); returns `d / 8`. Grid rows (bytes 8, 25, 43) by
+    /// four gathers, the signs (7 bits of each word and their parity) as
+    /// byte masks of a masked negation, then the group scales.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL, AVX2, FMA and F16C; `b` points at a whole
+    /// 74-byte block.
+    #[inline(always)]
+    pub unsafe fn zmm_iq2_xs(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+        // SAFETY: the block's 74 bytes are readable (2 at 0, 64 at 2, 8 at
+        // 66); grid keys are masked to 9 bits (inside IQ2XS_GRID).
+        unsafe {
+            let d = f16_to_f32(b.cast::<u16>().read_unaligned());
+            let qv = _mm512_loadu_si512(b.add(2).cast());
+            let g = gather4(
+                _mm512_and_si512(qv, _mm512_set1_epi16(511)),
+                crate::iq_tables::iq2xs_grid.as_ptr(),
+            );
+            // Sign byte of each word: its top 7 bits and their parity on bit 7.
+            let s = _mm512_srli_epi16::<9>(qv);
+            let mut p = _mm512_xor_si512(s, _mm512_srli_epi16::<4>(s));
+            p = _mm512_xor_si512(p, _mm512_srli_epi16::<2>(p));
+            p = _mm512_xor_si512(p, _mm512_srli_epi16::<1>(p));
+            let sw = _mm512_or_si512(
+                s,
+                _mm512_slli_epi16::<7>(_mm512_and_si512(p, _mm512_set1_epi16(1))),
+            );
+            let sb = _mm512_cvtepi16_epi8(sw);
+            let (s0, s1) = (
+                _mm256_castsi256_si128(sb),
+                _mm256_extracti128_si256::<1>(sb),
+            );
+            let masks = [
+                _mm_cvtsi128_si64(s0) as u64,
+                _mm_extract_epi64::<1>(s0) as u64,
+                _mm_cvtsi128_si64(s1) as u64,
+                _mm_extract_epi64::<1>(s1) as u64,
+            ];
+            let z = _mm512_setzero_si512();
+            let mut gs = g;
+            for q in 0..4 {
+                gs[q] = _mm512_mask_sub_epi8(g[q], _cvtu64_mask64(masks[q]), z, g[q]);
+            }
+            // Group 2i takes the low nibble of scale byte i, 2i+1 the high.
+            let sc = _mm_loadl_epi64(b.add(66).cast());
+            let m4 = _mm_set1_epi8(15);
+            let nib = _mm_unpacklo_epi8(
+                _mm_and_si128(sc, m4),
+                _mm_and_si128(_mm_srli_epi16::<4>(sc), m4),
+            );
+            let odd = _mm_or_si128(_mm_add_epi8(nib, nib), _mm_set1_epi8(1));
+            let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(odd));
+            widen_scale(&gs, s16, w);
+            d * 0.125
+        }
+    }
+
+    /// Q6_K into eight 512-bit registers (as [`zmm_iq1_m`]; the integers
+    /// `(q - 32) · sc` of the scalar `unpack_q6_k`); returns `d`. Per half
+    /// of 128 values: the 64 low-nibble bytes and 32 high-bit bytes make
+    /// values `0 .. 64` (low nibbles, high bits 0-1 | 2-3) and `64 .. 128`
+    /// (high nibbles, bits 4-5 | 6-7) as bytes in order, less 32.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL, AVX2, FMA and F16C; `b` points at a whole
+    /// 210-byte block.
+    #[inline(always)]
+    pub unsafe fn zmm_q6_k(b: *const u8, w: &mut [__m512i; 8]) -> f32 {
+        // SAFETY: the block's 210 bytes are readable (128 at 0, 64 at 128,
+        // 16 at 192, 2 at 208).
+        unsafe {
+            let d = f16_to_f32(b.add(208).cast::<u16>().read_unaligned());
+            let m4 = _mm512_set1_epi8(0x0f);
+            let m3 = _mm512_set1_epi8(0x03);
+            let m30 = _mm512_set1_epi8(0x30);
+            let c32 = _mm512_set1_epi8(32);
+            let mut g = [_mm512_setzero_si512(); 4];
+            for n in 0..2 {
+                let q = _mm512_loadu_si512(b.add(64 * n).cast());
+                let h = _mm256_loadu_si256(b.add(128 + 32 * n).cast());
+                let h2 =
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(h), _mm256_srli_epi16::<2>(h));
+                // 0xD8: c ? b : a bit by bit, c = 0x0f: the nibble from b, the rest from a.
+                let lo = _mm512_ternarylogic_epi32::<0xD8>(
+                    _mm512_slli_epi16::<4>(_mm512_and_si512(h2, m3)),
+                    q,
+                    m4,
+                );
+                let hi = _mm512_ternarylogic_epi32::<0xD8>(
+                    _mm512_and_si512(h2, m30),
+                    _mm512_srli_epi16::<4>(q),
+                    m4,
+                );
+                g[2 * n] = _mm512_sub_epi8(lo, c32);
+                g[2 * n + 1] = _mm512_sub_epi8(hi, c32);
+            }
+            let s16 =
+                _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast())));
+            widen_scale(&g, s16, w);
+            d
+        }
+    }
+
     /// Blocks whose row offsets are computed before their products.
     const IQ1_CHUNK: usize = 8;
 
@@ -691,6 +910,108 @@ mod tests {
         }
         if std::arch::is_x86_feature_detected!("avx512bw") {
             assert!(tested > 0);
+        }
+    }
+
+    /// The AVX-512 register unpackers give exactly the scalar twins'
+    /// integers and scale: IQ2_XS over every grid row with every sign index
+    /// in every position and every scale nibble, IQ1_M over every (index,
+    /// delta) key in every position and every scale, Q6_K over random blocks.
+    #[test]
+    fn register_unpackers_match_scalar() {
+        if !(have_avx2()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl"))
+        {
+            return;
+        }
+        use std::arch::x86_64::*;
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn regs(blk: &[u8], iq1: bool) -> ([i16; 256], f32) {
+            // SAFETY: AVX-512 F/BW/VL, AVX2, FMA and F16C checked by the
+            // caller; `blk` is a whole block of its type.
+            unsafe {
+                let mut w = [_mm512_setzero_si512(); 8];
+                let s = if iq1 {
+                    super::x86::zmm_iq1_m(blk.as_ptr(), &mut w)
+                } else {
+                    super::x86::zmm_iq2_xs(blk.as_ptr(), &mut w)
+                };
+                let mut out = [0i16; 256];
+                for (i, wi) in w.iter().enumerate() {
+                    _mm512_storeu_si512(out.as_mut_ptr().add(32 * i).cast(), *wi);
+                }
+                (out, s)
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn regs_q6(blk: &[u8]) -> ([i16; 256], f32) {
+            // SAFETY: as for `regs`.
+            unsafe {
+                let mut w = [_mm512_setzero_si512(); 8];
+                let s = super::x86::zmm_q6_k(blk.as_ptr(), &mut w);
+                let mut out = [0i16; 256];
+                for (i, wi) in w.iter().enumerate() {
+                    _mm512_storeu_si512(out.as_mut_ptr().add(32 * i).cast(), *wi);
+                }
+                (out, s)
+            }
+        }
+        let cmp = |blk: &[u8], iq1: bool| {
+            let mut u = Unpacked::default();
+            if iq1 {
+                crate::q16::unpack_iq1_m(blk, &mut u);
+            } else {
+                crate::q16::unpack_iq2_xs(blk, &mut u);
+            }
+            // SAFETY: the features were checked above.
+            let (w, s) = unsafe { regs(blk, iq1) };
+            assert_eq!(w, u.w, "weights of block {blk:02x?}");
+            assert_eq!(s.to_bits(), u.s[0].to_bits(), "scale of block {blk:02x?}");
+        };
+        let mut r = 0x2545f4914f6cdd1du64;
+        let mut next = || {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            r
+        };
+        let mut blk = [0u8; 74];
+        for n in 0..(65536 / 32) * 2 {
+            let d = (n as u16).wrapping_mul(40503);
+            blk[0..2].copy_from_slice(&d.to_le_bytes());
+            for k in 0..32 {
+                let q = ((n % 2048) * 32 + (k + 11 * (n / 2048)) % 32) as u16;
+                blk[2 + 2 * k..4 + 2 * k].copy_from_slice(&q.to_le_bytes());
+            }
+            blk[66..74].copy_from_slice(&next().to_le_bytes());
+            cmp(&blk, false);
+        }
+        let mut blk = [0u8; 210];
+        for _ in 0..4096 {
+            for c in blk.chunks_mut(8) {
+                let v = next().to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+            let mut u = Unpacked::default();
+            crate::q16::unpack_q6_k(&blk, &mut u);
+            // SAFETY: the features were checked above; a whole block.
+            let (w, s) = unsafe { regs_q6(&blk) };
+            assert_eq!(w, u.w, "weights of Q6_K block {blk:02x?}");
+            assert_eq!(s.to_bits(), u.s[0].to_bits(), "scale of Q6_K block");
+        }
+        let mut blk = [0u8; 56];
+        for n in 0..4096 {
+            for k in 0..32 {
+                let key = (n + 129 * k) % 4096;
+                blk[k] = key as u8;
+                let nib = (key >> 8) as u8;
+                let sh = 4 * (k % 2);
+                blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
+            }
+            blk[48..56].copy_from_slice(&next().to_le_bytes());
+            cmp(&blk, true);
         }
     }
 
