@@ -231,6 +231,42 @@ pub fn tc_smem_bytes(t: GgmlType, tokens: usize) -> Option<u32> {
     Some((tile + 2 * br * sw + table) as u32)
 }
 
+/// Dynamic shared memory of an `mmx_T` (`grouped`: `mmgx_T`) launch of type
+/// `t`, as `TxMem<..>::END` in `forward.cu` lays it out: weight q (two
+/// buffers of `br` rows × 72 bf16), the inputs' hi and lo (three of `bt`
+/// rows each), the groups' A, B and the inputs' sums (three), the tokens' rows, two
+/// buffers of raw weights per 256 inputs, the unpacker's table. `br` × `bt`
+/// is 128 × 128 dense, 256 × 64 grouped. `None` where `t` has no such kernel.
+pub fn tcx_smem_bytes(t: GgmlType, grouped: bool) -> Option<u32> {
+    if !tensor_core_prefill(t) {
+        return None;
+    }
+    let (qk, bs) = dq_block_shape(t)?;
+    let (br, bt) = if grouped { (256, 64) } else { (128, 128) };
+    // Inputs per A (`txd_T::GA`), whether there is a B (`txd_T::BM`), table
+    // bytes (`txd_T::TT`).
+    let (ga, bm, tt) = match t {
+        GgmlType::Q8_0 => (32, false, 0),
+        GgmlType::Q4_K | GgmlType::Q5_K => (32, true, 0),
+        GgmlType::Q6_K => (16, false, 0),
+        GgmlType::IQ1_M => (64, false, 32768),
+        GgmlType::IQ2_XS => (16, false, 8192 + 2048),
+        _ => return None,
+    };
+    let ld = 72usize;
+    let mut o = 2 * br * ld * 2 + 2 * 3 * bt * ld * 2;
+    o += 2 * (64 / ga) * br * 4;
+    if bm {
+        o += 2 * 2 * br * 4 + 3 * 2 * bt * 4;
+    }
+    o += bt * 8 + bt * 4;
+    o = o.div_ceil(16) * 16;
+    let rb = bs * (256 / qk);
+    let sw = 16 * ((rb + 30) / 16);
+    o += 2 * br * sw + tt;
+    Some(o as u32)
+}
+
 /// Whether `dequant.cuh` has a `dq8_*` function for `t`.
 pub fn type_supported(t: GgmlType) -> bool {
     type_suffix(t).is_some()

@@ -20,8 +20,10 @@ use crate::{dequant_src, CudaError};
 const T_MAX: usize = 512;
 /// Most tokens of one pass on a device of `BIG_DEVICE` bytes or more: a
 /// prefill's routed experts are dequantized once per pass, so longer passes
-/// read and unpack each expert fewer times (`REDLITE_CUDA_CHUNK` sets it).
-const T_BIG: usize = 2048;
+/// read and unpack each expert fewer times (`REDLITE_CUDA_CHUNK` sets it;
+/// 4,096: about 80 slots per expert of 512 at top-10; 2,048 took 10% longer
+/// over 32K tokens on an H200).
+const T_BIG: usize = 4096;
 const BIG_DEVICE: usize = 40 << 30;
 /// Attention splits per (query, head): always this many for decode (so one
 /// captured graph serves every position), up to this many for prefill.
@@ -148,6 +150,9 @@ struct DMat {
     kern: MvKernels,
     /// The tiled prefill kernel.
     mm: MmKernel,
+    /// The prefill kernel on split inputs (`mmx_T`, 128 rows × 128 tokens a
+    /// block), where the type has one and the device its shared memory.
+    mmx: Option<MmKernel>,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -169,6 +174,7 @@ impl DMat {
                 ty: self.ty,
                 kern: self.kern,
                 mm: self.mm,
+                mmx: self.mmx,
                 n_in: self.n_in,
                 n_out: self.n_out + next.n_out,
                 row_bytes: self.row_bytes,
@@ -188,6 +194,9 @@ struct DExperts {
     /// The grouped tensor-core kernel of 64 slots per tile, for passes with
     /// many slots per expert.
     mmgw: Option<MmKernel>,
+    /// The grouped kernel on split inputs (`mmgx_T`, 256 rows × 64 slots a
+    /// tile), taking the place of `mmgw` where it is there.
+    mmgx: Option<MmKernel>,
     n_in: usize,
     n_out: usize,
     row_bytes: usize,
@@ -696,6 +705,17 @@ pub struct CudaModel {
     rope_half: usize,
     rope_mscale: f64,
     scratch: Mutex<Scratch>,
+    /// The split inputs of a product on `mmx_T` / `mmgx_T` (`tc_split`: hi
+    /// and lo bf16 rows, then the 32-value sums) for up to `xsp_cap`
+    /// values; used only under the scratch's lock, as every pass is.
+    xsp: DevBuf,
+    xsp_cap: usize,
+    tc_split: Func,
+    /// Fewest blocks a dense product takes `mmx_T` with
+    /// (`REDLITE_CUDA_TCX_WAVES`, default 2, times the multiprocessors: one
+    /// 128 × 128 block a multiprocessor, so a smaller grid leaves them idle
+    /// and `mmt_T`'s 64 × 64 blocks do better).
+    tcx_min_blocks: usize,
     weight_bytes: usize,
     k: Kern,
     use_graph: bool,
@@ -880,6 +900,7 @@ pub fn kernel_names() -> Vec<String> {
         "xp_scale",
         "fill_normal",
         "q16_quant",
+        "tc_split",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -904,6 +925,8 @@ pub fn kernel_names() -> Vec<String> {
         k.push(format!("mmt_{s}"));
         k.push(format!("mmgt_{s}"));
         k.push(format!("mmgw_{s}"));
+        k.push(format!("mmx_{s}"));
+        k.push(format!("mmgx_{s}"));
     }
     k.extend(pair_names());
     k
@@ -949,6 +972,14 @@ struct Uploader<'a> {
     /// Prefill products on the tensor cores where the type has them
     /// (`REDLITE_CUDA_TC=0`: the CUDA-core tiles, for comparison).
     tc: bool,
+    /// Prefill products through `mmx_T` / `mmgx_T` on inputs split once per
+    /// product (`REDLITE_CUDA_TCX=0`: `mmt_T` / `mmgw_T`, for comparison).
+    tcx: bool,
+    /// Shortest rows the grouped `mmgx_T` takes (`REDLITE_CUDA_TCX_MIN_IN`,
+    /// default 1,024: the experts' down products, 512 inputs, stay on
+    /// `mmgw_T`, faster there: eight steps a tile leave `mmgx_T`'s one
+    /// block per multiprocessor waiting on its prologue).
+    tcx_min_in: usize,
     /// One-token and verify products on 16-bit activations where the type
     /// has the integer kernels (off: f32 activations everywhere).
     q16: bool,
@@ -1010,6 +1041,32 @@ impl Uploader<'_> {
             f,
             tokens,
             threads: 128,
+            smem,
+        }))
+    }
+
+    /// The split-input prefill kernel (`mmx_T`, `grouped`: `mmgx_T`) where
+    /// `ty` has one, the tensor cores and these kernels are on, the rows are
+    /// whole 256-input steps and the device grants its shared memory (a
+    /// device with less keeps `mmt_T` / `mmgw_T`).
+    fn tcx_kernel(
+        &self,
+        ty: GgmlType,
+        n_in: usize,
+        name: &str,
+        grouped: bool,
+    ) -> Result<Option<MmKernel>, ModelError> {
+        let Some(smem) = dequant_src::tcx_smem_bytes(ty, grouped)
+            .filter(|_| self.tc && self.tcx && n_in.is_multiple_of(256))
+            .filter(|_| !grouped || n_in >= self.tcx_min_in)
+        else {
+            return Ok(None);
+        };
+        let f = self.kernel(if grouped { "mmgx" } else { "mmx" }, ty, n_in, name)?;
+        Ok(self.gpu.allow_dynamic_smem(f, smem).ok().map(|_| MmKernel {
+            f,
+            tokens: if grouped { 64 } else { 128 },
+            threads: 256,
             smem,
         }))
     }
@@ -1131,10 +1188,12 @@ impl Uploader<'_> {
             kern.mq = None;
         }
         let mm = self.mm_kernel(m.ty, m.n_in, name, false)?;
+        let mmx = self.tcx_kernel(m.ty, m.n_in, name, false)?;
         Ok(DMat {
             ty: m.ty,
             kern,
             mm,
+            mmx,
             n_in: m.n_in,
             n_out: m.n_out,
             row_bytes,
@@ -1175,6 +1234,7 @@ impl Uploader<'_> {
             mvg: k("mvg")?,
             mmg: self.mm_kernel(x.ty, x.n_in, name, true)?,
             mmgw: self.tc_kernel("mmgw", 64, x.ty, x.n_in, name)?,
+            mmgx: self.tcx_kernel(x.ty, x.n_in, name, true)?,
             n_in: x.n_in,
             n_out: x.n_out,
             row_bytes: x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize,
@@ -1386,6 +1446,11 @@ impl CudaModel {
             hosts: Vec::new(),
             placed: ExpertPlacement::default(),
             tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
+            tcx: std::env::var_os("REDLITE_CUDA_TCX").is_none_or(|v| v != "0"),
+            tcx_min_in: std::env::var("REDLITE_CUDA_TCX_MIN_IN")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1024),
             q16: !opts.f32_activations
                 && redlite_backend::Activations::from_env() != redlite_backend::Activations::F32,
         };
@@ -1474,6 +1539,7 @@ impl CudaModel {
         let weight_bytes = up.bytes;
         let placement = up.place.map(|_| up.placed);
         let q16 = up.q16;
+        let layers_tcx = up.tc && up.tcx;
         let hosts = up.hosts;
         let bufs = up.bufs;
         let chunk = match std::env::var("REDLITE_CUDA_CHUNK")
@@ -1485,6 +1551,34 @@ impl CudaModel {
             None => T_MAX,
         };
         let scratch = Scratch::new(&gpu, &c, chunk).map_err(merr)?;
+        // Values per token of the widest product input: the hidden state,
+        // DeltaNet's and attention's outputs, the shared expert's and the
+        // routed experts' SwiGLU (k slots a token).
+        let xsp_cap = chunk
+            * [
+                c.n_embd,
+                c.value_dim(),
+                c.n_head * c.head_dim,
+                c.shexp_ff,
+                c.n_expert_used * c.expert_ff,
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        let xsp = gpu
+            .alloc(if layers_tcx {
+                xsp_cap * 4 + xsp_cap / 8 + 256
+            } else {
+                4
+            })
+            .map_err(merr)?;
+        let xsp_cap = if layers_tcx { xsp_cap } else { 0 };
+        let gpu_tc_split = gpu.func("tc_split").map_err(merr)?;
+        let tcx_min_blocks = gpu.sm_count
+            * std::env::var("REDLITE_CUDA_TCX_WAVES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2);
         let q16_units = gpu.alloc(V_MAX * (MV_XS / 32) * 80).map_err(merr)?;
         let q16_scales = gpu.alloc(V_MAX * (MV_XS / 32) * 4).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
@@ -1548,6 +1642,10 @@ impl CudaModel {
             rope_half: pairs.len(),
             rope_mscale: mscale,
             scratch: Mutex::new(scratch),
+            xsp,
+            xsp_cap,
+            tc_split: gpu_tc_split,
+            tcx_min_blocks,
             weight_bytes,
             k,
             use_graph,
@@ -1640,6 +1738,31 @@ impl CudaModel {
     /// one-token pass computes it (a verify pass), else the fastest way.
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize, exact: bool) -> Result<(), CudaError> {
         if t > 1 && !exact && self.tiled && m.n_in.is_multiple_of(32) {
+            let blocks = m.n_out.div_ceil(128) * t.div_ceil(128);
+            if let Some(k) = m
+                .mmx
+                .filter(|_| t * m.n_in <= self.xsp_cap && blocks >= self.tcx_min_blocks)
+            {
+                let (hi, lo, sums) = self.split(x, m.n_in, t)?;
+                return self.gpu.launch_f(
+                    k.f,
+                    (m.n_out.div_ceil(128) as u32, t.div_ceil(k.tokens) as u32, 1),
+                    k.threads,
+                    k.smem,
+                    &[
+                        Arg::U(m.ptr),
+                        Arg::U(m.row_bytes as u64),
+                        Arg::I(m.n_in as i32),
+                        Arg::I(m.n_out as i32),
+                        Arg::U(hi),
+                        Arg::U(lo),
+                        Arg::U(sums),
+                        Arg::U(y),
+                        Arg::I(m.n_out as i32),
+                        Arg::I(t as i32),
+                    ],
+                );
+            }
             return self.gpu.launch_f(
                 m.mm.f,
                 (
@@ -1667,6 +1790,29 @@ impl CudaModel {
             MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, t),
             exact,
         )
+    }
+
+    /// Split `rows` rows of `n_in` inputs at `x` (contiguous) into `xsp`
+    /// (`tc_split`): the addresses of their hi and lo halves and their sums.
+    fn split(&self, x: u64, n_in: usize, rows: usize) -> Result<(u64, u64, u64), CudaError> {
+        let n = (rows * n_in) as u64;
+        let (hi, lo, sums) = (self.xsp.ptr, self.xsp.ptr + 2 * n, self.xsp.ptr + 4 * n);
+        self.gpu.launch_f(
+            self.tc_split,
+            ((rows * n_in / 8).div_ceil(256) as u32, 1, 1),
+            256,
+            0,
+            &[
+                Arg::U(x),
+                Arg::I(n_in as i32),
+                Arg::I(n_in as i32),
+                Arg::I(rows as i32),
+                Arg::U(hi),
+                Arg::U(lo),
+                Arg::U(sums),
+            ],
+        )?;
+        Ok((hi, lo, sums))
     }
 
     /// Launch the matrix-vector kernel of `k` that suits `a` (see
@@ -2014,7 +2160,10 @@ impl CudaModel {
 
     /// Expert products grouped by expert (after `moe_group`): every slot q
     /// of the pass's `slots` reads x + (q / x_div)·n_in and writes
-    /// y + q·n_out.
+    /// y + q·n_out. `split`: the call before split this x for `mmgx_T`
+    /// (the same rows and row length) and it is split still. Returns
+    /// whether this call's x is split now.
+    #[allow(clippy::too_many_arguments)]
     fn mv_grouped(
         &self,
         m: &DExperts,
@@ -2023,10 +2172,45 @@ impl CudaModel {
         x_div: usize,
         y: u64,
         slots: usize,
-    ) -> Result<(), CudaError> {
-        let wide = m
-            .mmgw
-            .filter(|_| slots >= self.wide_slots * self.c.n_expert);
+        split: bool,
+    ) -> Result<bool, CudaError> {
+        let many = slots >= self.wide_slots * self.c.n_expert;
+        let rows = slots / x_div;
+        if let Some(k) = m
+            .mmgx
+            .filter(|_| many && slots.is_multiple_of(x_div) && rows * m.n_in <= self.xsp_cap)
+        {
+            let n = (rows * m.n_in) as u64;
+            let (hi, lo, sums) = if split {
+                (self.xsp.ptr, self.xsp.ptr + 2 * n, self.xsp.ptr + 4 * n)
+            } else {
+                self.split(x, m.n_in, rows)?
+            };
+            self.gpu.launch_f(
+                k.f,
+                (m.n_out.div_ceil(256) as u32, 1, self.c.n_expert as u32),
+                k.threads,
+                k.smem,
+                &[
+                    Arg::U(m.base),
+                    Arg::U(m.row_bytes as u64),
+                    Arg::I(m.n_in as i32),
+                    Arg::I(m.n_out as i32),
+                    Arg::U(m.stride),
+                    Arg::U(hi),
+                    Arg::U(lo),
+                    Arg::U(sums),
+                    Arg::I(x_div as i32),
+                    Arg::U(y),
+                    Arg::U(m.n_out as u64),
+                    Arg::U(s.counts.ptr),
+                    Arg::U(s.offsets.ptr),
+                    Arg::U(s.perm.ptr),
+                ],
+            )?;
+            return Ok(true);
+        }
+        let wide = m.mmgw.filter(|_| many);
         let (f, rows, threads, smem) = if let Some(w) = wide {
             (w.f, 64, w.threads, w.smem)
         } else if self.tiled && m.n_in.is_multiple_of(32) {
@@ -2054,7 +2238,8 @@ impl CudaModel {
                 Arg::U(s.offsets.ptr),
                 Arg::U(s.perm.ptr),
             ],
-        )
+        )?;
+        Ok(false)
     }
 
     /// The router and its top-k as one launch (`router_f32`: the matrix
@@ -2846,10 +3031,12 @@ impl CudaModel {
                         Arg::U(s.perm.ptr),
                     ],
                 )?;
-                self.mv_grouped(&l.gate, s, s.h.ptr, kk, s.eg.ptr, slots)?;
-                self.mv_grouped(&l.up, s, s.h.ptr, kk, s.eu.ptr, slots)?;
+                // The up product reads the split the gate product made.
+                let split = self.mv_grouped(&l.gate, s, s.h.ptr, kk, s.eg.ptr, slots, false)?;
+                let same = l.up.n_in == l.gate.n_in;
+                self.mv_grouped(&l.up, s, s.h.ptr, kk, s.eu.ptr, slots, split && same)?;
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
-                self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots)?;
+                self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots, false)?;
             }
             if !paired && xp.is_none_or(|x| !x.shared_first) {
                 shared()?;

@@ -831,9 +831,155 @@ fn tensor_core_products_match(
             }
         }
     }
+    // The split-input kernels (mmx_T dense, mmgx_T grouped) on tc_split's
+    // halves of x, where the device grants their shared memory.
+    let (Some(bx), Some(bg)) = (
+        redlite_cuda::dequant_src::tcx_smem_bytes(ty, false),
+        redlite_cuda::dequant_src::tcx_smem_bytes(ty, true),
+    ) else {
+        panic!("mmx_{sfx}: no shared memory size");
+    };
+    let n_val = n_tok * n_in;
+    let sp = gpu.alloc(n_val * 4 + n_val / 8 + 256).expect("alloc");
+    let (hi, lo, sums) = (sp.ptr, sp.ptr + 2 * n_val as u64, sp.ptr + 4 * n_val as u64);
+    gpu.launch(
+        "tc_split",
+        ((n_val as u32 / 8).div_ceil(256), 1, 1),
+        256,
+        0,
+        &[
+            Arg::U(xb.ptr),
+            Arg::I(n_in as i32),
+            Arg::I(n_in as i32),
+            Arg::I(n_tok as i32),
+            Arg::U(hi),
+            Arg::U(lo),
+            Arg::U(sums),
+        ],
+    )
+    .expect("launch");
+    let fx = gpu.func(&format!("mmx_{sfx}")).expect("kernel");
+    if gpu.allow_dynamic_smem(fx, bx).is_ok() {
+        gpu.memset0(yb.ptr, yb.bytes).expect("memset");
+        gpu.launch(
+            &format!("mmx_{sfx}"),
+            (
+                (n_out as u32).div_ceil(128),
+                (n_tok as u32).div_ceil(128),
+                1,
+            ),
+            256,
+            bx,
+            &[
+                Arg::U(wb.ptr),
+                Arg::U(row_bytes as u64),
+                Arg::I(n_in as i32),
+                Arg::I(n_out as i32),
+                Arg::U(hi),
+                Arg::U(lo),
+                Arg::U(sums),
+                Arg::U(yb.ptr),
+                Arg::I(n_out as i32),
+                Arg::I(n_tok as i32),
+            ],
+        )
+        .expect("launch");
+        gpu.dtoh(&mut y, yb.ptr).expect("dtoh");
+        for t in 0..n_tok {
+            let s = (0..n_out).map(|o| dot(o, t).abs()).fold(1e-30, f64::max);
+            for o in 0..n_out {
+                let e = (y[t * n_out + o] as f64 - dot(o, t)).abs() / s;
+                worst = worst.max(e);
+                assert!(
+                    e < 2e-5,
+                    "mmx_{sfx} t{t} row {o}: {} vs {}",
+                    y[t * n_out + o],
+                    dot(o, t)
+                );
+            }
+        }
+    }
+    let fg = gpu.func(&format!("mmgx_{sfx}")).expect("kernel");
+    if gpu.allow_dynamic_smem(fg, bg).is_ok() {
+        use redlite_cuda::gpu::Arg as A;
+        gpu.memset0(ys.ptr, ys.bytes).expect("memset");
+        gpu.launch(
+            &format!("mmgx_{sfx}"),
+            ((n_out as u32).div_ceil(256), 1, 2),
+            256,
+            bg,
+            &[
+                A::U(wb.ptr),
+                A::U(row_bytes as u64),
+                A::I(n_in as i32),
+                A::I(n_out as i32),
+                A::U((n_out * row_bytes) as u64),
+                A::U(hi),
+                A::U(lo),
+                A::U(sums),
+                A::I(2),
+                A::U(ys.ptr),
+                A::U(n_out as u64),
+                A::U(groups[0].ptr),
+                A::U(groups[1].ptr),
+                A::U(groups[2].ptr),
+            ],
+        )
+        .expect("launch");
+        let mut y2 = vec![0f32; n_slot * n_out];
+        gpu.dtoh(&mut y2, ys.ptr).expect("dtoh");
+        for (q, &e) in sel.iter().enumerate() {
+            let t = q / 2;
+            let e = e as usize;
+            let s = (0..n_out)
+                .map(|o| dot(e * n_out + o, t).abs())
+                .fold(1e-30, f64::max);
+            for o in 0..n_out {
+                let want = dot(e * n_out + o, t);
+                let err = (y2[q * n_out + o] as f64 - want).abs() / s;
+                worst = worst.max(err);
+                assert!(
+                    err < 2e-5,
+                    "mmgx_{sfx} slot {q} row {o}: {} vs {want}",
+                    y2[q * n_out + o]
+                );
+            }
+        }
+    }
     eprintln!(
-        "mmt_{sfx} / mmgt_{sfx} / mmgw_{sfx}: worst error {worst:.2e} of the largest product"
+        "mmt_{sfx} / mmgt_{sfx} / mmgw_{sfx} / mmx_{sfx} / mmgx_{sfx} (n_in {n_in}): worst \
+         error {worst:.2e} of the largest product"
     );
+}
+
+/// The tensor-core prefill kernels of the hot types on rows of 2,048 inputs
+/// (eight raw blocks: the split-input kernels' raw-weight pipeline wraps
+/// around) and 300 rows (partial row tiles of 128 and 256).
+#[test]
+fn tensor_core_products_match_on_long_rows() {
+    use redlite_cuda::gpu::Gpu;
+    if !gpu_ready() {
+        return;
+    }
+    let gpu = Gpu::open(
+        0,
+        &redlite_cuda::kernel_source(),
+        &redlite_cuda::kernel_names(),
+    )
+    .expect("gpu");
+    let (n_in, n_out) = (2048usize, 300usize);
+    for ty in [
+        GgmlType::IQ1_M,
+        GgmlType::IQ2_XS,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+    ] {
+        let sfx = redlite_cuda::dequant_src::type_suffix(ty).expect("suffix");
+        let row_bytes = ty.row_bytes(n_in as u64).expect("row") as usize;
+        let w = common::random_blocks(ty, 2 * n_out * (n_in / 256), ty as u64 + 29);
+        let deq = dequant_rows(ty, &w, row_bytes, n_in);
+        tensor_core_products_match(&gpu, sfx, &w, &deq, row_bytes, n_in, n_out);
+    }
 }
 
 /// Logits of `tokens` through `model`, in batches of `batch`.
