@@ -15,9 +15,12 @@ typedef unsigned long long u64;
 // Programmatic dependent launch (sm_90 and later, RL_PDL): every kernel may be
 // launched while the one before it on the stream still runs. RL_PDL_WAIT()
 // returns once every earlier kernel has finished and its writes are visible,
-// so each kernel calls it before its first read of anything an earlier kernel
-// wrote and before its first global write; only loads of weights (never
-// written by a kernel) come before it. RL_PDL_ENTER() then lets the next
+// so each kernel calls it before its first read of anything the kernel just
+// before it may write and before its first global write. Loads of weights
+// (never written by a kernel) come before it, and so may loads of what only
+// kernels two or more launches back wrote (RL_PDL_EARLY): a kernel starts
+// once every block of the one before it has passed its own wait (or ended),
+// so those have finished. RL_PDL_ENTER() then lets the next
 // kernel start (its blocks take free SM slots and issue their own weight
 // loads), one kernel ahead at most. Launched without the attribute, or on an
 // older GPU, both are no-ops.
@@ -60,9 +63,10 @@ __device__ double block_sum_d(double v) {
     __syncthreads();
     if (lane == 0) red[w] = v;
     __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < nw; i++) s += red[i];
-    return s;
+    // Every warp folds the partials by the same butterfly (one load a lane,
+    // five steps) instead of a serial loop over them: the same sum in every
+    // thread, in a fixed order.
+    return warp_sum_d(lane < nw ? red[lane] : 0.0);
 }
 __device__ float block_sum_f(float v) {
     __shared__ float redf[32];
@@ -71,9 +75,7 @@ __device__ float block_sum_f(float v) {
     __syncthreads();
     if (lane == 0) redf[w] = v;
     __syncthreads();
-    float s = 0.f;
-    for (int i = 0; i < nw; i++) s += redf[i];
-    return s;
+    return warp_sum(lane < nw ? redf[lane] : 0.f);
 }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
@@ -1338,7 +1340,8 @@ __device__ __forceinline__ void mq_conv_rows(const MqConv& cv, const float* y, i
 #define DEF_MQ1(T)                                                                          \
     __device__ __forceinline__ void mq1b_##T(MQ1_PARAMS(), int bx, int nbx, int z,          \
                                              uint8_t (*smem)[2][MV_SEG + 32], RlXU* xu,     \
-                                             float* xd, const uint8_t* tab, const MqConv& cv) { \
+                                             float* xd, const uint8_t* tab, const MqConv& cv, \
+                                             bool early) {                                  \
         int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                               \
         int r0, r1;                                                                         \
         mq_warp_rows_b(n_out, bx, nbx, &r0, &r1);                                           \
@@ -1348,14 +1351,17 @@ __device__ __forceinline__ void mq_conv_rows(const MqConv& cv, const float* y, i
         int sh[2] = {0, 0}, pre = 0;                                                        \
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, MQ_K);                    \
         /* Fixed matrices: the first two items asked for before waiting on the */          \
-        /* kernel before; an expert's (ids) only once the router has written ids. */       \
+        /* kernel before; an expert's (ids) only once the router has written ids, */       \
+        /* or before the wait too where the router ran two launches back (early: */        \
+        /* the down products of a decode pair, RL_PDL_EARLY). */                           \
         auto prefetch = [&](u64 e) {                                                        \
             mat[0] = mat_at(W, e, w_zstride);                                               \
             pre = mq_prefetch(geo, mat, 1, BS_##T, r0, r1, smem[warp], lane, &sh[0], &sh[1]); \
         };                                                                                  \
         if (!ids) prefetch((u64)z);                                                         \
+        else if (early) prefetch((u64)ids[z]);                                              \
         RL_PDL_ENTER();                                                                     \
-        if (ids) prefetch((u64)ids[z]);                                                     \
+        if (ids && !early) prefetch((u64)ids[z]);                                           \
         mq_stage_x(xu, xd, xz, x2z, n_in);                                                  \
         float* yz = y + (u64)z * y_zstride;                                                 \
         mq_stream_##T<1, MQ_K, 1>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
@@ -1370,7 +1376,7 @@ __device__ __forceinline__ void mq_conv_rows(const MqConv& cv, const float* y, i
         if (MQ_TAB_ON(T)) q16_tab_##T(qtab, threadIdx.x, blockDim.x);                       \
         const MqConv cv = {0, 0, 0, 0, 0, 0};                                               \
         mq1b_##T(MQ1_ARGS(), blockIdx.x, gridDim.x, blockIdx.z, smem, xu, xd,               \
-                 MQ_TAB_ON(T) ? qtab : nullptr, cv);                                        \
+                 MQ_TAB_ON(T) ? qtab : nullptr, cv, false);                                 \
     }
 REDLITE_Q16_TYPES(DEF_MQ1)
 
@@ -1420,7 +1426,9 @@ REDLITE_Q16_TYPES(DEF_MQGU)
 // alone gives it (they do not depend on the grid), the tables read from
 // global memory; mq1p_A__B takes DeltaNet's conv (MqConv, cv_out non-null)
 // as the epilogue of B. REDLITE_MQ_PAIRS / REDLITE_MQGU_PAIRS (defined ahead
-// of this file) list the pairs compiled.
+// of this file) list the pairs compiled. An mq1p launch's expert ids come
+// from a router at least two launches back (decode's down products follow
+// the gate/up launch), so its blocks fetch their experts before the wait.
 #define MQ_XS2(A, B) (MQ_XS_##A > MQ_XS_##B ? MQ_XS_##A : MQ_XS_##B)
 #define DEF_MQ1_PAIR(A, B)                                                                  \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV1_MINB)                 \
@@ -1431,11 +1439,11 @@ REDLITE_Q16_TYPES(DEF_MQGU)
         const int bi = blockIdx.x;                                                          \
         if (bi < na * za) {                                                                 \
             const MqConv none = {0, 0, 0, 0, 0, 0};                                         \
-            mq1b_##A(MQ1_ARGS(a_), bi % na, na, bi / na, smem, xu, xd, nullptr, none);      \
+            mq1b_##A(MQ1_ARGS(a_), bi % na, na, bi / na, smem, xu, xd, nullptr, none, true); \
         } else {                                                                            \
             const MqConv cv = {cv_w, cv_tab, cv_slot, cv_out, cv_c, cv_k};                  \
             mq1b_##B(MQ1_ARGS(b_), (bi - na * za) % nb, nb, (bi - na * za) / nb, smem, xu,  \
-                     xd, nullptr, cv);                                                      \
+                     xd, nullptr, cv, true);                                                \
         }                                                                                   \
     }
 #define DEF_MQGU_PAIR(A, B)                                                                 \
@@ -2623,15 +2631,20 @@ extern "C" __global__ void norm_rows(const float* __restrict__ in, float* __rest
 // (token, value head) row of dim values; z has the same layout as o.
 extern "C" __global__ void gated_rmsnorm(float* __restrict__ o, const float* __restrict__ z,
                                          const float* __restrict__ w, int dim, float eps) {
-    RL_PDL_ENTER();
     u64 base = (u64)blockIdx.x * dim;
+    // The thread's first gate and weight before the wait: z comes from a
+    // product at least two launches back (RL_PDL_EARLY).
+    const int i0 = threadIdx.x;
+    const float z0 = i0 < dim ? z[base + i0] : 0.f, w0 = i0 < dim ? w[i0] : 0.f;
+    RL_PDL_ENTER();
     double ss = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)o[base + i] * (double)o[base + i];
     ss = block_sum_d(ss);
     float s = (float)(1.0 / sqrt(ss / dim + (double)eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = o[base + i] * s * w[i];
-        o[base + i] = v * silu_f(z[base + i]);
+        const bool first = i == i0;
+        float v = o[base + i] * s * (first ? w0 : w[i]);
+        o[base + i] = v * silu_f(first ? z0 : z[base + i]);
     }
 }
 
@@ -2794,17 +2807,18 @@ extern "C" __global__ void __launch_bounds__(128)
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
                int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
                u64 tstride, const float* __restrict__ pre, int fused) {
-    RL_PDL_ENTER();
+    // The state row and the gate constants before the wait: no kernel of
+    // this pass but this one writes the state (RL_PDL_EARLY).
     float* S = (float*)tab[slot];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int h = blockIdx.x;
     int j = blockIdx.y * 4 + warp;
-    if (j >= dv) return;
     int r = hv / hk;
     int kh = h / r;
     int ib = 2 * r * (h / r) + h % r;
     float sa = ssm_a[h], dtb = dt_bias[h];
-    float* Mj = S + ((u64)h * dv + j) * dk;
+    const bool live = j < dv;
+    float* Mj = S + ((u64)h * dv + (live ? j : 0)) * dk;
     const int NV = DN_NV;
     float m[NV];
 #pragma unroll
@@ -2812,6 +2826,8 @@ extern "C" __global__ void __launch_bounds__(128)
         int c = lane + i * WARP;
         m[i] = c < dk ? Mj[c] : 0.f;
     }
+    RL_PDL_ENTER();
+    if (!live) return;
     // With `pre` (delta_prep's scalars), the next token's inputs are loaded
     // while this one's are used: the loop carries nothing but the state.
     float qn[NV], kn[NV], vn = 0.f, pn[4] = {0.f, 0.f, 0.f, 0.f};
@@ -3366,10 +3382,27 @@ __device__ __forceinline__ void att_merge_warps(float* __restrict__ pp, int nw, 
     }
 }
 
+// Keys per split of a query attending n keys over at most ns splits: a
+// multiple of AT_SPLIT_MIN (one step of attn_dec's warps), so a short
+// context takes only the splits it fills (their records are all the combine
+// reads) and every split but the last runs whole steps. Every kernel of the
+// split path derives the splits of a query from n and ns alone, so a
+// query's result depends on its position alone.
+#define AT_SPLIT_MIN 32
+__device__ __forceinline__ int att_split_len(int n, int ns) {
+    const int L = (n + ns - 1) / ns;
+    return (L + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN * AT_SPLIT_MIN;
+}
+__device__ __forceinline__ int att_nsplit(int n, int ns) {
+    const int L = att_split_len(n, ns);
+    return min(ns, (n + L - 1) / L);
+}
+
 // Split-K causal attention, grouped by KV head. Block (KV head g, query t,
 // split s) attends query t (position pos0 + t, pos0 = ctl[0]) of each query
 // head h of the group (h = g·G + i, G = nh / nkv) to keys [s·L, min((s+1)·L,
-// pos0+t+1)), L = ceil((pos0 + t + 1)/ns), with an online softmax, writing
+// pos0+t+1)), L = att_split_len(pos0 + t + 1, ns) (splits past
+// att_nsplit have no keys and return), with an online softmax, writing
 // (max, sum, o[hd]) to part[t][h][s]. The group's heads go ATT_GH at a time,
 // each key and value row read once per pass for all of them (a head's
 // arithmetic is what it would be alone). The cache is at tab[slot] (keys)
@@ -3391,7 +3424,8 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
     int n_keys = pos0 + t + 1;
     // Per query, so each query of a pass splits its keys as a decode step
     // at its position would (a verify pass equals decoding bit for bit).
-    int split_len = (n_keys + ns - 1) / ns;
+    if (s >= att_nsplit(n_keys, ns)) return;
+    int split_len = att_split_len(n_keys, ns);
     int k0 = s * split_len, k1 = min(k0 + split_len, n_keys);
     const int NV = HD_MAX / WARP;
     u64 stride = (u64)nkv * hd;
@@ -3469,10 +3503,12 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
 
 // Merge the splits of (head h, query t) and apply the sigmoid output gate:
 // out[t][h] = (Σ_s e^{m_s−M}·o_s / Σ_s e^{m_s−M}·l_s) ⊙ sigmoid(gate[t][h]);
-// gate rows are at gate + (t·nh + h)·gate_stride.
+// gate rows are at gate + (t·nh + h)·gate_stride; s over the att_nsplit(n, ns)
+// splits in use (n = ctl[0] + t + 1 keys).
 extern "C" __global__ void attn_combine(const float* __restrict__ part,
                                         const float* __restrict__ gate, u64 gate_stride,
-                                        float* __restrict__ out, int nh, int hd, int ns) {
+                                        float* __restrict__ out, int nh, int hd, int ns,
+                                        const int* __restrict__ ctl) {
     RL_PDL_ENTER();
     // ns <= 1024: the weights e^{m_s − M} of every split in shared memory.
     __shared__ float wsm[1024];
@@ -3480,15 +3516,15 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
     int h = blockIdx.x, t = blockIdx.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const float* pp = part + ((u64)t * nh + h) * ns * (hd + 2);
+    const int nsu = att_nsplit(ctl[0] + t + 1, ns);
     float m = -INFINITY;
-    for (int s = threadIdx.x; s < ns; s += blockDim.x) m = fmaxf(m, pp[(u64)s * (hd + 2)]);
+    for (int s = threadIdx.x; s < nsu; s += blockDim.x) m = fmaxf(m, pp[(u64)s * (hd + 2)]);
     m = warp_max(m);
     if (lane == 0) redm[w] = m;
     __syncthreads();
-    float M = -INFINITY;
-    for (int i = 0; i < nw; i++) M = fmaxf(M, redm[i]);
+    const float M = warp_max(lane < nw ? redm[lane] : -INFINITY);
     float l = 0.f;
-    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+    for (int s = threadIdx.x; s < nsu; s += blockDim.x) {
         float ms = pp[(u64)s * (hd + 2)];
         float ws = ms == -INFINITY ? 0.f : expf(ms - M);
         wsm[s] = ws;
@@ -3498,7 +3534,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
     const float* gp = gate + ((u64)t * nh + h) * gate_stride;
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < ns; s++)
+        for (int s = 0; s < nsu; s++)
             if (wsm[s] != 0.f) acc += pp[(u64)s * (hd + 2) + 2 + c] * wsm[s];
         out[((u64)t * nh + h) * hd + c] = acc / L * sigmoid_f(gp[c]);
     }
@@ -3508,11 +3544,12 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
 // for all of a KV head's query heads (attn_dec_<HD> and attn_deca_<HD>, HD =
 // 64, 128 or 256; the heads of a group padded to AD_G = 8 with zero queries).
 // Split s of (KV head g, query t) covers the same keys as attn_split: [s·L,
-// min((s+1)·L, n)), n = pos0 + t + 1, L = ceil(n / ns), so a query's result
-// depends on its position alone (verify passes equal decoding bit for bit);
-// it writes the same (max, sum, o[hd]) records to part[t][h][s] for
-// attn_combine(_w). Block (g, t, z) takes splits z, z + gridDim.z, … (a grid
-// of one wave, whatever ns; an empty split only writes its empty records).
+// min((s+1)·L, n)), n = pos0 + t + 1, L = att_split_len(n, ns), so a query's
+// result depends on its position alone (verify passes equal decoding bit for
+// bit); it writes the same (max, sum, o[hd]) records to part[t][h][s] for
+// attn_combine(_w), which merge the att_nsplit(n, ns) splits in use. Block
+// (g, t, z) takes splits z, z + gridDim.z, … of those (a grid of one wave,
+// whatever ns).
 // Layout: the group's scaled queries sit in shared memory; each of the AD_W
 // warps takes AD_KB consecutive keys per step (warp w: keys k0 + AD_KB·w +
 // AD_KB·AD_W·i), its lanes over dims (lane l holds dims j·32·VEC + l·VEC + e,
@@ -3590,12 +3627,13 @@ __device__ __forceinline__ void attn_dec_body(const float* __restrict__ q,
     const int G = nh / nkv;
     const int pos0 = ctl[0];
     const int n_keys = pos0 + t + 1;
-    const int split_len = (n_keys + ns - 1) / ns;
+    const int split_len = att_split_len(n_keys, ns);
+    const int nsu = att_nsplit(n_keys, ns);
     const u64 stride = (u64)nkv * HD;
     const float* Kc = (const float*)tab[slot] + (u64)g * HD;
     const float* Vc = (const float*)tab[slot + 1] + (u64)g * HD;
     float* wbuf = ad_sm + warp * (AD_STG * STEP);
-    for (int s = blockIdx.z; s < ns; s += gridDim.z) {
+    for (int s = blockIdx.z; s < nsu; s += gridDim.z) {
         const int k0 = min(s * split_len, n_keys), k1 = min(k0 + split_len, n_keys);
         float* part_s = part + ((u64)t * nh + g * G) * ns * (HD + 2) + (u64)s * (HD + 2);
         if (k0 >= k1) {
@@ -3785,7 +3823,8 @@ DEF_ATTN_DEC(256)
 // verify both take it.
 extern "C" __global__ void __launch_bounds__(1024)
     attn_combine_w(const float* __restrict__ part, const float* __restrict__ gate,
-                   u64 gate_stride, float* __restrict__ out, int nh, int hd, int ns, int cb) {
+                   u64 gate_stride, float* __restrict__ out, int nh, int hd, int ns, int cb,
+                   const int* __restrict__ ctl) {
     RL_PDL_ENTER();
     __shared__ float wsm[1024];
     __shared__ float accs[1024];
@@ -3794,15 +3833,15 @@ extern "C" __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const u64 rs = hd + 2;
     const float* pp = part + ((u64)t * nh + h) * ns * rs;
+    const int nsu = att_nsplit(ctl[0] + t + 1, ns);
     float m = -INFINITY;
-    for (int s = threadIdx.x; s < ns; s += blockDim.x) m = fmaxf(m, pp[(u64)s * rs]);
+    for (int s = threadIdx.x; s < nsu; s += blockDim.x) m = fmaxf(m, pp[(u64)s * rs]);
     m = warp_max(m);
     if (lane == 0) redm[w] = m;
     __syncthreads();
-    float M = -INFINITY;
-    for (int i = 0; i < nw; i++) M = fmaxf(M, redm[i]);
+    const float M = warp_max(lane < nw ? redm[lane] : -INFINITY);
     float l = 0.f;
-    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+    for (int s = threadIdx.x; s < nsu; s += blockDim.x) {
         float ms = pp[(u64)s * rs];
         float ws = ms == -INFINITY ? 0.f : expf(ms - M);
         wsm[s] = ws;
@@ -3814,13 +3853,13 @@ extern "C" __global__ void __launch_bounds__(1024)
     const int c = blockIdx.z * cb + cl;
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
     int s = j;
-    for (; s + 3 * ng < ns; s += 4 * ng) {
+    for (; s + 3 * ng < nsu; s += 4 * ng) {
         a0 = fmaf(pp[(u64)s * rs + 2 + c], wsm[s], a0);
         a1 = fmaf(pp[(u64)(s + ng) * rs + 2 + c], wsm[s + ng], a1);
         a2 = fmaf(pp[(u64)(s + 2 * ng) * rs + 2 + c], wsm[s + 2 * ng], a2);
         a3 = fmaf(pp[(u64)(s + 3 * ng) * rs + 2 + c], wsm[s + 3 * ng], a3);
     }
-    for (; s < ns; s += ng) a0 = fmaf(pp[(u64)s * rs + 2 + c], wsm[s], a0);
+    for (; s < nsu; s += ng) a0 = fmaf(pp[(u64)s * rs + 2 + c], wsm[s], a0);
     accs[threadIdx.x] = (a0 + a1) + (a2 + a3);
     __syncthreads();
     if (j == 0) {
@@ -4477,20 +4516,46 @@ extern "C" __global__ void __launch_bounds__(1024) moe_combine_norm(float* __res
 }
 
 // x += y, then out = rmsnorm(x)·w, one block per row of dim values.
+#define AR_IT 2
 extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ y,
                                        const float* __restrict__ w, float* __restrict__ out,
                                        int dim, float eps) {
-    RL_PDL_ENTER();
     u64 base = (u64)blockIdx.x * dim;
+    const int nb = blockDim.x;
+    // The thread's first AR_IT residual values and weights before the wait:
+    // the residual was last written by the layer before's combine, several
+    // launches back (RL_PDL_EARLY); y is the product just before.
+    float xv[AR_IT], wv[AR_IT];
+#pragma unroll
+    for (int j = 0; j < AR_IT; j++) {
+        const int i = threadIdx.x + j * nb;
+        xv[j] = i < dim ? x[base + i] : 0.f;
+        wv[j] = i < dim ? w[i] : 0.f;
+    }
+    RL_PDL_ENTER();
     double ss = 0.0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < AR_IT; j++) {
+        const int i = threadIdx.x + j * nb;
+        if (i < dim) {
+            xv[j] += y[base + i];
+            x[base + i] = xv[j];
+            ss += (double)xv[j] * (double)xv[j];
+        }
+    }
+    for (int i = threadIdx.x + AR_IT * nb; i < dim; i += nb) {
         float v = x[base + i] + y[base + i];
         x[base + i] = v;
         ss += (double)v * (double)v;
     }
     ss = block_sum_d(ss);
     float s = (float)(1.0 / sqrt(ss / dim + (double)eps));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[base + i] = x[base + i] * s * w[i];
+#pragma unroll
+    for (int j = 0; j < AR_IT; j++) {
+        const int i = threadIdx.x + j * nb;
+        if (i < dim) out[base + i] = xv[j] * s * wv[j];
+    }
+    for (int i = threadIdx.x + AR_IT * nb; i < dim; i += nb) out[base + i] = x[base + i] * s * w[i];
 }
 
 // ---------------------------------------------------------------------------

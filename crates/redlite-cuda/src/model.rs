@@ -25,8 +25,10 @@ const T_MAX: usize = 512;
 /// over 32K tokens on an H200).
 const T_BIG: usize = 4096;
 const BIG_DEVICE: usize = 40 << 30;
-/// Attention splits per (query, head): always this many for decode (so one
-/// captured graph serves every position), up to this many for prefill.
+/// Attention splits per (query, head): at most this many for decode and
+/// verify (`attn_dec` takes one per block of its wave, `att_nsplit` of them
+/// filled at a position; one captured graph serves every position), up to
+/// `NS_PREFILL` for prefill.
 const NS_DECODE: usize = 256;
 const NS_PREFILL: usize = 8;
 /// Most tokens of one verify pass (its attention takes decode's
@@ -3112,8 +3114,9 @@ impl CudaModel {
     /// Attention of the pass's `t` queries (in `s.q`, gates in `s.qg`) over
     /// the cache of `slot` (the pass's keys already appended), into `s.att`.
     /// Prefill (several tokens, not `exact`) goes through `attn_flash_<hd>`
-    /// in one launch; decode and verify through `ns` splits per query
-    /// (`attn_dec_<hd>`, or `attn_split`), merged by `attn_combine`. A
+    /// in one launch; decode and verify through splits per query (one per
+    /// block of `attn_dec_<hd>`'s wave, or `ns` of `attn_split`), merged by
+    /// `attn_combine(_w)`. A
     /// query's splits depend on its position alone, so a verify row equals
     /// decoding bit for bit.
     fn attention(
@@ -3153,10 +3156,16 @@ impl CudaModel {
             );
         }
         let dec = self.attn_dec.filter(|_| t == 1 || exact);
+        // attn_dec: one wave of blocks, one split each (a query's splits
+        // then follow its position and the device alone, the same in decode
+        // and verify); a short context fills fewer (`att_nsplit`).
+        let ns = match dec {
+            Some(_) => (g.sm_count / nkv).clamp(1, ns),
+            None => ns,
+        };
         let combine = match dec {
             Some((f, smem)) => {
-                // One wave of blocks, each taking every z-th split.
-                let z = (g.sm_count / nkv).clamp(1, ns);
+                let z = ns;
                 g.launch_f(
                     f,
                     (nkv as u32, t as u32, z as u32),
@@ -3201,22 +3210,27 @@ impl CudaModel {
                 (k.attn_combine, hd.clamp(32, 256) as u32, hd)
             }
         };
+        let mut args = vec![
+            Arg::U(s.part.ptr),
+            Arg::U(gate),
+            Arg::U(2 * hd as u64),
+            Arg::U(s.att.ptr),
+            Arg::I(nh as i32),
+            Arg::I(hd as i32),
+            Arg::I(ns as i32),
+        ];
+        if dec.is_some() {
+            // attn_combine_w's columns per block (attn_combine: one block per row).
+            args.push(Arg::I(combine.2 as i32));
+        }
+        // The position: the splits in use follow it.
+        args.push(Arg::U(s.ctl.ptr));
         g.launch_f(
             combine.0,
             (nh as u32, t as u32, (hd / combine.2) as u32),
             combine.1,
             0,
-            &[
-                Arg::U(s.part.ptr),
-                Arg::U(gate),
-                Arg::U(2 * hd as u64),
-                Arg::U(s.att.ptr),
-                Arg::I(nh as i32),
-                Arg::I(hd as i32),
-                Arg::I(ns as i32),
-                // attn_combine_w's columns per block (attn_combine: one block per row).
-                Arg::I(combine.2 as i32),
-            ][..if dec.is_some() { 8 } else { 7 }],
+            &args,
         )
     }
 
