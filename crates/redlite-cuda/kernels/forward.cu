@@ -752,10 +752,19 @@ REDLITE_DQ_TYPES(DEF_ROUTER)
 // parameters as router_T (rows row_bytes apart); launched with 4 rows per
 // block instead of 4·MV1_R.
 #define RD_J 8
-extern "C" __global__ void __launch_bounds__(128)
-    router_f32(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,
-               const float* __restrict__ x, float* logits, int k, int* __restrict__ ids,
-               float* __restrict__ wts, int* counter, int* xpc, int tag) {
+// The body of router_f32 and router_f32n. NORM (router_f32n): the input is
+// first formed as add_rmsnorm forms it, in each block: v = xres + y (y the
+// product just before, xres the residual, read before the wait as
+// RL_PDL_EARLY allows), out = v·s·nw with s = 1/sqrt(Σv²/n_in + eps) (Σ in
+// f64), and the block that takes the top k (the last, so every block has
+// read the residual by then) writes v back to xres and out to hout for the
+// kernels after; otherwise x is the input.
+template <bool NORM>
+__device__ __forceinline__ void router_f32_body(
+    const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne, const float* __restrict__ x,
+    float* __restrict__ xres, const float* __restrict__ y, const float* __restrict__ nw,
+    float* __restrict__ hout, float eps, float* logits, int k, int* __restrict__ ids,
+    float* __restrict__ wts, int* counter, int* xpc, int tag) {
     __shared__ __align__(16) float xs[32 * 8 * RD_J];
     __shared__ int last;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -772,22 +781,71 @@ extern "C" __global__ void __launch_bounds__(128)
             wv[j][1] = __ldg(wr + 2 * (lane + 32 * j) + 1);
         }
     }
-    RL_PDL_ENTER();
-    const float* xz = x + (u64)z * n_in;
-    {
-        // The input as 16-byte words, all of a thread's at once (n_in is a
-        // multiple of 256, at most 32·8·RD_J).
-        const float4* x4 = (const float4*)xz;
-        float4 xv[RD_J * 64 / 128];
+    // NORM: this thread's residual and norm weights (16-byte words i =
+    // threadIdx.x + 128·j) before the wait.
+    constexpr int XJ = RD_J * 64 / 128;
+    float4 rv[XJ], nv[XJ];
+    if (NORM) {
+        const float4* r4 = (const float4*)(xres + (u64)z * n_in);
 #pragma unroll
-        for (int j = 0; j < RD_J * 64 / 128; j++) {
+        for (int j = 0; j < XJ; j++) {
             const int i = threadIdx.x + 128 * j;
-            if (i < n_in / 4) xv[j] = x4[i];
+            if (i < n_in / 4) {
+                rv[j] = r4[i];
+                nv[j] = ((const float4*)nw)[i];
+            }
         }
+    }
+    RL_PDL_ENTER();
+    if (NORM) {
+        const float4* y4 = (const float4*)(y + (u64)z * n_in);
+        double ss = 0.0;
 #pragma unroll
-        for (int j = 0; j < RD_J * 64 / 128; j++) {
+        for (int j = 0; j < XJ; j++) {
             const int i = threadIdx.x + 128 * j;
-            if (i < n_in / 4) ((float4*)xs)[i] = xv[j];
+            if (i < n_in / 4) {
+                const float4 b = y4[i];
+                rv[j].x += b.x;
+                rv[j].y += b.y;
+                rv[j].z += b.z;
+                rv[j].w += b.w;
+                ss += (double)rv[j].x * (double)rv[j].x;
+                ss += (double)rv[j].y * (double)rv[j].y;
+                ss += (double)rv[j].z * (double)rv[j].z;
+                ss += (double)rv[j].w * (double)rv[j].w;
+            }
+        }
+        ss = block_sum_d(ss);
+        const float sc = (float)(1.0 / sqrt(ss / n_in + (double)eps));
+#pragma unroll
+        for (int j = 0; j < XJ; j++) {
+            const int i = threadIdx.x + 128 * j;
+            if (i < n_in / 4) {
+                float4 o;
+                o.x = rv[j].x * sc * nv[j].x;
+                o.y = rv[j].y * sc * nv[j].y;
+                o.z = rv[j].z * sc * nv[j].z;
+                o.w = rv[j].w * sc * nv[j].w;
+                ((float4*)xs)[i] = o;
+            }
+        }
+    } else {
+        const float* xz = x + (u64)z * n_in;
+        {
+            // The input as 16-byte words, all of a thread's at once (n_in is a
+            // multiple of 256, at most 32·8·RD_J).
+            const float4* x4 = (const float4*)xz;
+            float4 xv[RD_J * 64 / 128];
+#pragma unroll
+            for (int j = 0; j < RD_J * 64 / 128; j++) {
+                const int i = threadIdx.x + 128 * j;
+                if (i < n_in / 4) xv[j] = x4[i];
+            }
+#pragma unroll
+            for (int j = 0; j < RD_J * 64 / 128; j++) {
+                const int i = threadIdx.x + 128 * j;
+                if (i < n_in / 4) ((float4*)xs)[i] = xv[j];
+            }
         }
     }
     __syncthreads();
@@ -812,9 +870,40 @@ extern "C" __global__ void __launch_bounds__(128)
     __syncthreads();
     if (!last) return;
     __threadfence();
+    if (NORM) {
+        // The last block, once every block has read the residual: v back to
+        // it and the normed input to hout for the kernels after.
+#pragma unroll
+        for (int j = 0; j < XJ; j++) {
+            const int i = threadIdx.x + 128 * j;
+            if (i < n_in / 4) {
+                ((float4*)(xres + (u64)z * n_in))[i] = rv[j];
+                ((float4*)(hout + (u64)z * n_in))[i] = ((const float4*)xs)[i];
+            }
+        }
+    }
     if (warp == 0) topk_row(lz, ne, k, ids + z * k, wts + z * k);
     if (warp == 0 && xpc) xp_mark(ids + z * k, k, xpc, tag);
     if (threadIdx.x == 0) counter[z] = 0;
+}
+extern "C" __global__ void __launch_bounds__(128)
+    router_f32(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,
+               const float* __restrict__ x, float* logits, int k, int* __restrict__ ids,
+               float* __restrict__ wts, int* counter, int* xpc, int tag) {
+    router_f32_body<false>(W, row_bytes, n_in, ne, x, nullptr, nullptr, nullptr, nullptr, 0.f,
+                           logits, k, ids, wts, counter, xpc, tag);
+}
+// router_f32 on the residual stream: add_rmsnorm's residual add and post
+// norm in each block (x += y written back, the normed input to h), then
+// the router and its top k; the arguments of router_f32 with the input
+// replaced by (x, y, w, h, eps).
+extern "C" __global__ void __launch_bounds__(128)
+    router_f32n(const uint8_t* __restrict__ W, u64 row_bytes, int n_in, int ne,
+                float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ w,
+                float* __restrict__ h, float eps, float* logits, int k, int* __restrict__ ids,
+                float* __restrict__ wts, int* counter, int* xpc, int tag) {
+    router_f32_body<true>(W, row_bytes, n_in, ne, h, x, y, w, h, eps, logits, k, ids, wts,
+                          counter, xpc, tag);
 }
 
 // Gate and up products with the SwiGLU between them, one token per slot:

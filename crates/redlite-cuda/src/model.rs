@@ -598,6 +598,7 @@ struct Kern {
     moe_group: Func,
     moe_combine_norm: Func,
     router_f32: Func,
+    router_f32n: Func,
     fill_normal: Func,
     q16_quant: Func,
     getrows_embd: Func,
@@ -733,6 +734,10 @@ pub struct CudaModel {
     /// An F32 router of up to 2,048 inputs through `router_f32` (the whole
     /// matrix loaded at once; `REDLITE_CUDA_ROUTER_F32=0`: `router_F32`).
     router_f32: bool,
+    /// Decode and verify form the router's input in `router_f32n` (the
+    /// residual add and post norm in each block) instead of `add_rmsnorm`
+    /// before it (`REDLITE_CUDA_ROUTER_NORM=0`: the separate launch).
+    router_norm: bool,
     /// Decode's DeltaNet qkv and gate products as one launch when they lie
     /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
     join_qkvz: bool,
@@ -895,6 +900,7 @@ pub fn kernel_names() -> Vec<String> {
         "moe_group",
         "moe_combine_norm",
         "router_f32",
+        "router_f32n",
         "mmf_F32",
         "xp_fetch",
         "xp_restore",
@@ -1608,6 +1614,7 @@ impl CudaModel {
             moe_group: fk("moe_group")?,
             moe_combine_norm: fk("moe_combine_norm")?,
             router_f32: fk("router_f32")?,
+            router_f32n: fk("router_f32n")?,
             fill_normal: fk("fill_normal")?,
             q16_quant: fk("q16_quant")?,
             getrows_embd: fk(&format!(
@@ -1624,6 +1631,7 @@ impl CudaModel {
         let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
         let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
         let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
+        let router_norm = std::env::var_os("REDLITE_CUDA_ROUTER_NORM").is_none_or(|v| v != "0");
         let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
         let delta_chunk_min = delta_chunk_min(&c);
         if delta_chunk_min.is_some() {
@@ -1655,6 +1663,7 @@ impl CudaModel {
             fuse_gu,
             fuse_router,
             router_f32,
+            router_norm,
             join_qkvz,
             fuse_qk: std::env::var_os("REDLITE_CUDA_FUSE_QK").is_none_or(|v| v != "0"),
             pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
@@ -2827,50 +2836,75 @@ impl CudaModel {
                     self.mv(out, s.att.ptr, s.mix.ptr, t, exact)?;
                 }
             }
-            g.launch_f(
-                k.add_rmsnorm,
-                (t as u32, 1, 1),
-                d.next_multiple_of(32).min(1024) as u32,
-                0,
-                &[
-                    Arg::U(s.x.ptr),
-                    Arg::U(s.mix.ptr),
-                    Arg::U(l.post_norm),
-                    Arg::U(s.h.ptr),
-                    Arg::I(d as i32),
-                    Arg::F(c.rms_eps),
-                ],
-            )?;
             // MoE: router, top-k, routed experts, shared expert, combine.
             let (ne, kk) = (c.n_expert, c.n_expert_used);
             let r = &l.router;
             let fused_router = self.fused_router(r).filter(|_| t == 1 || exact);
+            // Decode and verify (every one of their paths, so they stay
+            // equal bit for bit): the residual add and post norm inside the
+            // F32 router's blocks.
+            let norm_in_router = self.router_norm
+                && r.n_in == d
+                && fused_router.is_some_and(|(f, _)| f.name == "router_f32");
+            if !norm_in_router {
+                g.launch_f(
+                    k.add_rmsnorm,
+                    (t as u32, 1, 1),
+                    d.next_multiple_of(32).min(1024) as u32,
+                    0,
+                    &[
+                        Arg::U(s.x.ptr),
+                        Arg::U(s.mix.ptr),
+                        Arg::U(l.post_norm),
+                        Arg::U(s.h.ptr),
+                        Arg::I(d as i32),
+                        Arg::F(c.rms_eps),
+                    ],
+                )?;
+            }
             if let Some((f, rows)) = fused_router {
+                let (f, input) = if norm_in_router {
+                    (
+                        k.router_f32n,
+                        vec![
+                            Arg::U(s.x.ptr),
+                            Arg::U(s.mix.ptr),
+                            Arg::U(l.post_norm),
+                            Arg::U(s.h.ptr),
+                            Arg::F(c.rms_eps),
+                        ],
+                    )
+                } else {
+                    (f, vec![Arg::U(s.h.ptr)])
+                };
+                let mut args = vec![
+                    Arg::U(r.ptr),
+                    Arg::U(r.row_bytes as u64),
+                    Arg::I(r.n_in as i32),
+                    Arg::I(ne as i32),
+                ];
+                args.extend(input);
                 // Router and top-k in one launch, each token as decode has it.
+                args.extend([
+                    Arg::U(s.rl.ptr),
+                    Arg::I(kk as i32),
+                    Arg::U(s.ids.ptr),
+                    Arg::U(s.wts.ptr),
+                    Arg::U(s.router_done.ptr),
+                    // A decode step copying this layer's experts in: mark
+                    // the chosen ones (xp_fetch stops on the others).
+                    Arg::U(
+                        xp.filter(|_| l.xp.is_some())
+                            .map_or(0, |x| x.marks_at(il % 2)),
+                    ),
+                    Arg::I(il as i32 + 1),
+                ]);
                 g.launch_f(
                     f,
                     (r.n_out.div_ceil(rows) as u32, 1, t as u32),
                     128,
                     0,
-                    &[
-                        Arg::U(r.ptr),
-                        Arg::U(r.row_bytes as u64),
-                        Arg::I(r.n_in as i32),
-                        Arg::I(ne as i32),
-                        Arg::U(s.h.ptr),
-                        Arg::U(s.rl.ptr),
-                        Arg::I(kk as i32),
-                        Arg::U(s.ids.ptr),
-                        Arg::U(s.wts.ptr),
-                        Arg::U(s.router_done.ptr),
-                        // A decode step copying this layer's experts in: mark
-                        // the chosen ones (xp_fetch stops on the others).
-                        Arg::U(
-                            xp.filter(|_| l.xp.is_some())
-                                .map_or(0, |x| x.marks_at(il % 2)),
-                        ),
-                        Arg::I(il as i32 + 1),
-                    ],
+                    &args,
                 )?;
             } else {
                 self.mv(r, s.h.ptr, s.rl.ptr, t, exact)?;

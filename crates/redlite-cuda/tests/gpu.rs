@@ -336,6 +336,102 @@ fn matvec_every_type_matches_the_cpu() {
                 }
             }
         }
+        // router_f32n: the residual add and post norm in each block, then the
+        // router; tokens 0 and 1 of x as the residual, another input as the
+        // product before it. The residual comes back as r + y (the same f32
+        // sums), h as rmsnorm(r + y)·w (f64 reference), the logits as the
+        // rows times h, the top k by those logits.
+        if sfx == "F32" {
+            let r: Vec<f32> = x[..2 * n_in].to_vec();
+            let yv: Vec<f32> = (0..2 * n_in)
+                .map(|i| (i * 7877 % 1999) as f32 / 1500.0 - 0.6)
+                .collect();
+            let nw: Vec<f32> = (0..n_in).map(|i| 0.5 + (i % 97) as f32 / 97.0).collect();
+            let eps = 1e-6f32;
+            let rb = gpu.upload(&r).expect("upload");
+            let yb2 = gpu.upload(&yv).expect("upload");
+            let nwb = gpu.upload(&nw).expect("upload");
+            let hb = gpu.zeros(2 * n_in * 4).expect("alloc");
+            gpu.launch(
+                "router_f32n",
+                ((n_out as u32).div_ceil(4), 1, 2),
+                128,
+                0,
+                &[
+                    Arg::U(wb.ptr),
+                    Arg::U(row_bytes as u64),
+                    Arg::I(n_in as i32),
+                    Arg::I(n_out as i32),
+                    Arg::U(rb.ptr),
+                    Arg::U(yb2.ptr),
+                    Arg::U(nwb.ptr),
+                    Arg::U(hb.ptr),
+                    Arg::F(eps),
+                    Arg::U(logits.ptr),
+                    Arg::I(kk as i32),
+                    Arg::U(rid.ptr),
+                    Arg::U(rwt.ptr),
+                    Arg::U(done.ptr),
+                    Arg::U(0),
+                    Arg::I(0),
+                ],
+            )
+            .expect("launch");
+            let mut r_got = vec![0f32; 2 * n_in];
+            let mut h_got = vec![0f32; 2 * n_in];
+            let mut lg = vec![0f32; 2 * n_out];
+            let mut ids_got = vec![0i32; 2 * kk];
+            gpu.dtoh(&mut r_got, rb.ptr).expect("dtoh");
+            gpu.dtoh(&mut h_got, hb.ptr).expect("dtoh");
+            gpu.dtoh(&mut lg, logits.ptr).expect("dtoh");
+            gpu.dtoh(&mut ids_got, rid.ptr).expect("dtoh");
+            for t in 0..2 {
+                let v: Vec<f32> = (0..n_in)
+                    .map(|i| r[t * n_in + i] + yv[t * n_in + i])
+                    .collect();
+                assert_eq!(
+                    &r_got[t * n_in..(t + 1) * n_in],
+                    &v[..],
+                    "router_f32n residual t{t}"
+                );
+                let ss: f64 = v.iter().map(|&a| a as f64 * a as f64).sum();
+                let sc = 1.0 / (ss / n_in as f64 + eps as f64).sqrt();
+                let h: Vec<f64> = (0..n_in).map(|i| v[i] as f64 * sc * nw[i] as f64).collect();
+                let hmax = h.iter().fold(1e-30f64, |m, a| m.max(a.abs()));
+                for i in 0..n_in {
+                    let e = (h_got[t * n_in + i] as f64 - h[i]).abs() / hmax;
+                    assert!(
+                        e < 1e-6,
+                        "router_f32n h t{t}[{i}]: {} vs {}",
+                        h_got[t * n_in + i],
+                        h[i]
+                    );
+                }
+                let want: Vec<f64> = (0..n_out)
+                    .map(|o| (0..n_in).map(|i| deq[o * n_in + i] as f64 * h[i]).sum())
+                    .collect();
+                let lmax = want.iter().fold(1e-30f64, |m, a| m.max(a.abs()));
+                let row = &lg[t * n_out..(t + 1) * n_out];
+                for o in 0..n_out {
+                    let e = (row[o] as f64 - want[o]).abs() / lmax;
+                    assert!(
+                        e < 1e-5,
+                        "router_f32n t{t} row {o}: {} vs {}",
+                        row[o],
+                        want[o]
+                    );
+                }
+                let mut order: Vec<usize> = (0..n_out).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                for rk in 0..kk {
+                    assert_eq!(
+                        ids_got[t * kk + rk] as usize,
+                        order[rk],
+                        "router_f32n t{t} rank {rk}"
+                    );
+                }
+            }
+        }
         // Grouped (prefill): 5 slots, slot q on token q with expert sel[q],
         // grouped by moe_group, then mvg_<T>.
         let sel = [1i32, 0, 1, 1, 0];
