@@ -31,8 +31,8 @@ const BIG_DEVICE: usize = 40 << 30;
 /// `NS_PREFILL` for prefill.
 const NS_DECODE: usize = 256;
 const NS_PREFILL: usize = 8;
-/// Most tokens of one verify pass (its attention takes decode's
-/// `NS_DECODE` splits per query, in the `part` buffer sized for `T_MAX`
+/// Most tokens of one verify pass (its attention takes decode's splits, at
+/// most `NS_DECODE` per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
 /// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `forward.cu`).
