@@ -5,6 +5,12 @@
 //! dequantized as a whole), normalisations, the causal convolution, the gated
 //! delta rule and causal attention. Activations are f32 throughout; see
 //! [`CpuBackend`] for the multi-threaded CPU implementation.
+//!
+//! Despite the crate's name this is the CPU kernel set: every operation
+//! takes host `&[f32]` slices. A GPU does not implement [`Backend`]; it
+//! replaces the whole forward pass behind `redlite_model::DeviceForward`,
+//! and `redlite_model::Model` picks one of the two once per call. A name
+//! such as `redlite-cpu` would say so; the crate keeps its name for now.
 
 #![allow(clippy::needless_range_loop)]
 

@@ -9,12 +9,15 @@
 //! recurrent states in device memory). The host sees token ids going in and
 //! logits coming out, nothing else.
 //!
-//! [`crate::Model`] dispatches to an attached device, and [`crate::State`]
-//! carries the device state, so the engine and the server (snapshots, forks,
-//! speculative rollback) work unchanged: a snapshot is a device-side copy.
+//! [`crate::Model`] dispatches to an attached device once per call (the
+//! functions at the end of this module are the device side of that seam),
+//! and [`crate::State::Device`] carries the device state, so the engine and
+//! the server (snapshots, forks, speculative rollback) work unchanged: a
+//! snapshot is a device-side copy, a rollback takes a [`crate::Trail::Device`].
 
 use std::any::Any;
 
+use crate::state::{DeviceTrail, State, Trail};
 use crate::ModelError;
 
 /// A sequence's state held by a device (KV cache, conv windows, recurrent
@@ -100,7 +103,7 @@ pub trait DeviceForward: Send + Sync {
         Ok((logits, Box::new(StepTrail(saved))))
     }
     /// A state at position `pos` filled with random data of the magnitudes
-    /// real decoding builds (as [`crate::State::fill_random`]), for timing
+    /// real decoding builds (as [`crate::CpuState::fill_random`]), for timing
     /// decode at depth.
     fn fill_random(&self, pos: usize, seed: u64) -> Result<Box<dyn DeviceState>, ModelError>;
     /// Most prompt tokens one forward pass takes (longer inputs go in
@@ -169,4 +172,50 @@ impl PrefetchStats {
     pub fn outside_hit_rate(&self) -> f64 {
         self.outside_predicted as f64 / self.outside.max(1) as f64
     }
+}
+
+/// [`crate::Model::forward`] on a device (tokens already checked).
+pub(crate) fn forward(
+    dev: &dyn DeviceForward,
+    state: &mut State,
+    tokens: &[u32],
+    all_logits: bool,
+) -> Result<Vec<f32>, ModelError> {
+    dev.forward(state.device_mut()?, tokens, all_logits)
+}
+
+/// [`crate::Model::forward_batch`] on a device: one sequence after another,
+/// so each row is its sequence's own decode step.
+pub(crate) fn forward_batch(
+    dev: &dyn DeviceForward,
+    states: &mut [&mut State],
+    tokens: &[u32],
+) -> Result<Vec<f32>, ModelError> {
+    let mut out = Vec::new();
+    for (st, &tok) in states.iter_mut().zip(tokens) {
+        let row = dev.forward(st.device_mut()?, &[tok], false)?;
+        if out.is_empty() {
+            out.reserve_exact(row.len() * tokens.len());
+        }
+        out.extend(row);
+    }
+    Ok(out)
+}
+
+/// [`crate::Model::forward_verify`] on a device: the device's verify pass,
+/// its record wrapped in a [`Trail::Device`] with the span it covers.
+pub(crate) fn verify(
+    dev: &dyn DeviceForward,
+    state: &mut State,
+    tokens: &[u32],
+) -> Result<(Vec<f32>, Trail), ModelError> {
+    let st = state.device_mut()?;
+    let pos0 = st.pos();
+    let (logits, saved) = dev.verify(st, tokens)?;
+    let trail = DeviceTrail {
+        pos0,
+        n: tokens.len(),
+        saved,
+    };
+    Ok((logits, Trail::Device(trail)))
 }

@@ -7,6 +7,21 @@
 //! let logits = model.forward(&mut state, &[1, 2, 3], false)?; // [vocab]
 //! # Ok(()) }
 //! ```
+//!
+//! **One execution seam.** A [`Model`] runs either on the CPU (the forward
+//! pass of `qwen3next.rs`, op by op on a [`Backend`] over host [`CpuState`]s)
+//! or on an attached device (the whole pass behind [`DeviceForward`], over
+//! [`DeviceState`]s). Each of [`Model::new_state`], [`Model::random_state`],
+//! [`Model::forward`], [`Model::forward_batch`] and [`Model::forward_verify`]
+//! checks its inputs, then picks one of the two once (`match self.device`);
+//! nothing below that point asks where it runs. A [`State`] and a [`Trail`]
+//! are enums of the two forms (`state.rs`), so snapshots, forks and rollback
+//! need no dispatch of their own, and a state or trail of the other form is
+//! refused with an error.
+//!
+//! `redlite_backend` is, despite its name, the CPU kernel set (host `&[f32]`
+//! activations): a device does not implement [`Backend`] but replaces the
+//! whole pass.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +36,7 @@ mod device;
 mod expert_cache;
 mod qwen3next;
 mod rope;
+mod state;
 pub mod weights;
 
 pub use cache_policy::CachePolicy;
@@ -30,8 +46,8 @@ pub use expert_cache::{
     default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
     ExpertEntry,
 };
-pub use qwen3next::{State, Trail};
 pub use rope::{RopeScaling, RopeScalingType};
+pub use state::{CpuState, CpuTrail, DeviceTrail, State, Trail};
 pub use weights::mtp_only_blocks;
 
 /// Everything that can go wrong loading or running a model. Every load error
@@ -112,7 +128,8 @@ pub struct Model {
     backend: Arc<dyn Backend>,
     /// The routed experts read on demand, when streaming them.
     expert_cache: Option<Arc<ExpertCache>>,
-    /// The device the forward pass runs on, when not the CPU backend.
+    /// The device the forward pass runs on, when not the CPU backend: the
+    /// one field the execution seam dispatches on.
     device: Option<Arc<dyn DeviceForward>>,
 }
 
@@ -298,17 +315,17 @@ impl Model {
     /// empty KV cache), on the model's device.
     pub fn new_state(&self) -> State {
         match &self.device {
-            Some(d) => State::on_device(d.new_state()),
-            None => State::new(&self.config),
+            None => State::Cpu(CpuState::new(&self.config)),
+            Some(d) => State::Device(d.new_state()),
         }
     }
 
     /// A state at depth `pos` filled with random data of realistic
-    /// magnitude ([`State::fill_random`]), on the model's device.
+    /// magnitude ([`CpuState::fill_random`]), on the model's device.
     pub fn random_state(&self, pos: usize, seed: u64) -> Result<State, ModelError> {
         match &self.device {
-            Some(d) => Ok(State::on_device(d.fill_random(pos, seed)?)),
             None => Ok(State::fill_random(&self.config, pos, seed)),
+            Some(d) => Ok(State::Device(d.fill_random(pos, seed)?)),
         }
     }
 
@@ -346,7 +363,24 @@ impl Model {
         states: &mut [&mut State],
         tokens: &[u32],
     ) -> Result<Vec<f32>, ModelError> {
-        self.within(|| qwen3next::forward_batch(self, states, tokens))
+        if tokens.is_empty() || tokens.len() != states.len() {
+            return Err(ModelError::Input(format!(
+                "batched decode needs one token per sequence ({} tokens, {} sequences)",
+                tokens.len(),
+                states.len()
+            )));
+        }
+        self.check_tokens(tokens)?;
+        self.within(|| match &self.device {
+            None => {
+                let mut cpu = states
+                    .iter_mut()
+                    .map(|s| s.cpu_mut())
+                    .collect::<Result<Vec<_>, _>>()?;
+                qwen3next::forward_batch(self, &mut cpu, tokens)
+            }
+            Some(d) => device::forward_batch(d.as_ref(), states, tokens),
+        })
     }
 
     /// `f` run where the backend's operations run ([`Backend::within`]).
@@ -370,7 +404,17 @@ impl Model {
         state: &mut State,
         tokens: &[u32],
     ) -> Result<(Vec<f32>, Trail), ModelError> {
-        self.within(|| qwen3next::forward_verify(self, state, tokens))
+        if tokens.is_empty() {
+            return Err(ModelError::Input("verify called with no tokens".into()));
+        }
+        self.check_tokens(tokens)?;
+        self.within(|| match &self.device {
+            None => {
+                let (logits, trail) = qwen3next::forward_verify(self, state.cpu_mut()?, tokens)?;
+                Ok((logits, Trail::Cpu(trail)))
+            }
+            Some(d) => device::verify(d.as_ref(), state, tokens),
+        })
     }
 
     /// [`Model::forward`], reporting named intermediates to `trace`.
@@ -381,10 +425,43 @@ impl Model {
         all_logits: bool,
         trace: Option<&mut dyn Trace>,
     ) -> Result<Vec<f32>, ModelError> {
-        match trace {
+        if tokens.is_empty() {
+            return Err(ModelError::Input("forward called with no tokens".into()));
+        }
+        self.check_tokens(tokens)?;
+        match (&self.device, trace) {
             // A trace is the caller's and may not leave its thread.
-            Some(t) => qwen3next::forward(self, state, tokens, all_logits, Some(t)),
-            None => self.within(|| qwen3next::forward(self, state, tokens, all_logits, None)),
+            (None, Some(t)) => {
+                qwen3next::forward(self, state.cpu_mut()?, tokens, all_logits, Some(t))
+            }
+            (None, None) => {
+                self.within(|| qwen3next::forward(self, state.cpu_mut()?, tokens, all_logits, None))
+            }
+            (Some(d), Some(_)) => Err(ModelError::Input(format!(
+                "intermediate tensors cannot be traced on {} (use the CPU)",
+                d.name()
+            ))),
+            (Some(d), None) => {
+                self.within(|| device::forward(d.as_ref(), state, tokens, all_logits))
+            }
+        }
+    }
+
+    /// Every token id inside the vocabulary (checked once, before either
+    /// execution runs).
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
+        let vocab = self.config.vocab_size;
+        match tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= vocab)
+        {
+            Some((index, &token)) => Err(ModelError::Token {
+                token,
+                index,
+                vocab,
+            }),
+            None => Ok(()),
         }
     }
 }
