@@ -1,10 +1,19 @@
-"""Fail if a workspace crate depends on a crate of a higher layer.
+"""Fail if a workspace crate depends on a crate of a higher layer, or if
+library code reads the process environment.
 
 Layers (a crate may depend only on crates of lower layers):
   gguf < quant < backend < model < engine < cli, with tokenizer beside model
   (depending only on gguf) and testkit usable by anything as a dev-dependency.
+
+Environment: only the command line (redlite-cli) reads environment variables;
+the libraries take typed options from their caller. Checked in every crate's
+`src/` (tests, examples and benches may read what they like); exempt are
+redlite-cli, redlite-testkit (test support) and, until its switches become
+options, redlite-cuda.
 """
 import json
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -41,6 +50,24 @@ for pkg in meta["packages"]:
             bad.append(f"{name} (layer {LAYER[name]}) -> {d} (layer {LAYER[d]}): points upward or sideways")
 for b in bad:
     print("layer violation:", b, file=sys.stderr)
-if bad:
+
+ENV_READERS = {"redlite-cli", "redlite-testkit", "redlite-cuda"}
+# std::env::var / var_os / vars / vars_os (however imported) and libc's getenv.
+ENV_READ = re.compile(r"\benv\s*::\s*(var|var_os|vars|vars_os)\b|\bgetenv\b")
+env_bad = []
+for pkg in meta["packages"]:
+    if not pkg["name"].startswith("redlite-") or pkg["name"] in ENV_READERS:
+        continue
+    src = pathlib.Path(pkg["manifest_path"]).parent / "src"
+    for path in sorted(src.rglob("*.rs")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if ENV_READ.search(code):
+                env_bad.append(f"{path}:{n}: {line.strip()}")
+for b in env_bad:
+    print("environment read in library code (take a typed option from the caller instead):",
+          b, file=sys.stderr)
+if bad or env_bad:
     sys.exit(1)
 print("dependency direction ok:", ", ".join(sorted(LAYER)))
+print("no environment reads outside", ", ".join(sorted(ENV_READERS)))

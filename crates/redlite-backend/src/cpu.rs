@@ -11,7 +11,7 @@ use rayon::ThreadPool;
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
 use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
-use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat};
+use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
 const ROW_TILE: usize = 16;
@@ -19,31 +19,44 @@ const ROW_TILE: usize = 16;
 const TOK_TILE: usize = 64;
 /// Below this many tokens the batched product uses the fused dot kernels.
 const SMALL_BATCH: usize = 4;
-/// Chunk length of the chunked delta rule.
-pub const DELTA_CHUNK: usize = 64;
 /// Query and key block sizes of the attention kernel.
 const ATT_QB: usize = 32;
 const ATT_KB: usize = 256;
 
 /// How the CPU backend feeds activations to the quantized matrix products.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// 16-bit integer activations (one scale per 256 values) against
     /// integer weights where the type has integer kernels: the default.
+    #[default]
     Int16,
     /// f32 activations against dequantized weights everywhere: the
     /// reference path (exact math on the stored weights).
     F32,
 }
 
-impl Activations {
-    /// The default: `Int16`, unless `REDLITE_F32_ACT=1` is set.
-    pub fn from_env() -> Activations {
-        match std::env::var("REDLITE_F32_ACT").ok().as_deref() {
-            Some("1") | Some("true") => Activations::F32,
-            _ => Activations::Int16,
-        }
-    }
+/// The settings of the CPU backend, filled by its caller (the command line
+/// from its flags); the defaults are the fast path on every core.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Worker threads (`None`: one per core).
+    pub threads: Option<usize>,
+    /// How activations reach the quantized matrix products.
+    pub activations: Activations,
+    /// The highest SIMD level the kernels may use (`None`: what the CPU
+    /// has). The level is one for the whole process and fixed at its first
+    /// use, so this has to be set by the first backend, before any model is
+    /// loaded (see [`redlite_quant::limit_isa`]).
+    pub max_isa: Option<redlite_quant::Isa>,
+}
+
+/// What can stop a [`CpuBackend`] from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum CpuError {
+    #[error("starting the thread pool: {0}")]
+    ThreadPool(#[from] rayon::ThreadPoolBuildError),
+    #[error(transparent)]
+    Isa(#[from] redlite_quant::IsaFixed),
 }
 
 /// CPU backend on its own rayon pool.
@@ -60,7 +73,8 @@ thread_local! {
 }
 
 impl CpuBackend {
-    /// A backend with `threads` worker threads (`None`: one per core).
+    /// A backend with `threads` worker threads (`None`: one per core) and
+    /// the other settings at their defaults.
     pub fn new(threads: Option<usize>) -> Result<CpuBackend, rayon::ThreadPoolBuildError> {
         let mut b = rayon::ThreadPoolBuilder::new();
         if let Some(n) = threads {
@@ -71,8 +85,17 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool,
             threads,
-            act: Activations::from_env(),
+            act: Activations::default(),
         })
+    }
+
+    /// A backend with the given settings. A SIMD limit is applied first:
+    /// it fails when a kernel was already chosen at another level.
+    pub fn with_options(opts: &CpuOptions) -> Result<CpuBackend, CpuError> {
+        if let Some(max) = opts.max_isa {
+            redlite_quant::limit_isa(max)?;
+        }
+        Ok(CpuBackend::new(opts.threads)?.with_activations(opts.activations))
     }
 
     /// Choose how activations are fed to the matrix products.
@@ -337,16 +360,9 @@ const ONE_TILE: usize = 128;
 /// instead of one reach more of the memory's bandwidth from one core
 /// (single-core weight streaming of a Q4_K-like kernel on a Xeon: 12.2
 /// against 15.3 GB/s). Each output is the same dot, so the results do not
-/// change. `REDLITE_ONE_STREAM=1` takes the rows in order, for comparison.
+/// change.
 #[inline]
 fn dot_rows_two_streams(ys: &mut [f32], mut dot: impl FnMut(usize) -> f32) {
-    static ONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ONE.get_or_init(|| std::env::var_os("REDLITE_ONE_STREAM").is_some_and(|v| v == "1")) {
-        for (r, y) in ys.iter_mut().enumerate() {
-            *y = dot(r);
-        }
-        return;
-    }
     let h = ys.len().div_ceil(2);
     let (a, b) = ys.split_at_mut(h);
     for i in 0..h {
@@ -980,6 +996,27 @@ impl Backend for CpuBackend {
 mod tests {
     use super::*;
     use redlite_gguf::GgmlType;
+
+    /// The options reach the backend; a SIMD limit at the level in use is
+    /// accepted (other limits are tested in redlite-quant, in a process of
+    /// their own: the level is process-wide).
+    #[test]
+    fn options_set_threads_activations_and_isa() {
+        let be = CpuBackend::with_options(&CpuOptions {
+            threads: Some(3),
+            activations: Activations::F32,
+            max_isa: None,
+        })
+        .expect("backend");
+        assert_eq!((be.threads(), be.activations()), (3, Activations::F32));
+        let be = CpuBackend::with_options(&CpuOptions::default()).expect("backend");
+        assert_eq!(be.activations(), Activations::Int16);
+        let at = CpuOptions {
+            max_isa: Some(redlite_quant::isa()),
+            ..CpuOptions::default()
+        };
+        assert!(CpuBackend::with_options(&at).is_ok());
+    }
 
     struct Rng(u64);
     impl Rng {

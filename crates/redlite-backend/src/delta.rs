@@ -17,7 +17,7 @@
 use crate::DeltaInputs;
 
 /// Tokens per chunk (as the reference).
-const C: usize = crate::cpu::DELTA_CHUNK;
+const C: usize = crate::DELTA_CHUNK;
 
 /// `out[r, ..n] (+)= Σ_k a[r, k] · b[k, ..n]` for `r < rows`, `k < kdim`:
 /// `a` and `out` row-major with strides `lda` and `ldo`, `b` with stride

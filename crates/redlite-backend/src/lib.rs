@@ -21,7 +21,11 @@ pub mod cpu;
 pub mod delta;
 pub mod simd;
 
-pub use cpu::{Activations, CpuBackend};
+pub use cpu::{Activations, CpuBackend, CpuError, CpuOptions};
+
+/// Chunk length of the chunked delta rule (the reference in [`cpu`] and the
+/// blocked products of [`delta`] both cut the tokens at this length).
+pub const DELTA_CHUNK: usize = 64;
 
 /// Errors of the backend (only shape/type problems a caller can cause).
 #[derive(Debug, thiserror::Error)]

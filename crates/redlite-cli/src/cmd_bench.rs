@@ -360,9 +360,7 @@ pub fn run(args: Args) -> Result<()> {
     let n_params: u64 = f.tensors.iter().map(|t| t.n_elements()).sum();
     let bytes_per_token = weight_bytes_per_token(f, c.n_layer, c.n_expert, c.n_expert_used);
     let isa = redlite_quant::isa().name();
-    let activations = if args.load.f32_activations
-        || redlite_backend::Activations::from_env() == redlite_backend::Activations::F32
-    {
+    let activations = if args.load.f32_activations {
         "f32"
     } else {
         "int16"

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Result};
-use redlite_server::pi::{default_dir, setup, PiSetup};
+use redlite_server::pi::{setup, PiSetup};
 
 #[derive(clap::Args)]
 #[command(
@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, default_value = "qwen3-coder-next")]
     pub model: String,
     /// pi's agent directory (default: $PI_CODING_AGENT_DIR, else ~/.pi/agent).
-    #[arg(long)]
+    #[arg(long, env = "PI_CODING_AGENT_DIR")]
     pub dir: Option<PathBuf>,
     /// Make Red Lite pi's default model even if another default is set.
     #[arg(long)]
@@ -33,7 +33,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let dir = args
         .dir
-        .or_else(default_dir)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pi/agent")))
         .ok_or_else(|| anyhow!("no --dir given and neither PI_CODING_AGENT_DIR nor HOME is set"))?;
     let r = setup(&PiSetup {
         dir,

@@ -1,14 +1,22 @@
 //! Loading a model as the commands share it: `--no-mmap`, `--mlock`,
-//! `--lazy-load`, a progress bar on stderr, load time and resident memory.
+//! `--lazy-load`, the kernel settings (`--f32-activations`, `--isa`), a
+//! progress bar on stderr, load time and resident memory.
+//!
+//! The flags here are where the libraries' typed options are filled
+//! ([`redlite_backend::CpuOptions`], [`redlite_model::LoadOptions`],
+//! [`redlite_model::ExpertCacheOptions`], [`redlite_cuda::CudaOptions`]); the
+//! few that also read an environment variable say so in `--help` (clap's
+//! `env`), and README.md lists every variable the command line reads.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use clap::builder::BoolishValueParser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use redlite_backend::CpuBackend;
-use redlite_model::{LoadOptions, Model};
+use redlite_backend::{Activations, CpuBackend, CpuOptions};
+use redlite_model::{ExpertReaders, LoadOptions, Model};
 
 /// The load flags of `run`, `bench`, `logits` and `serve` (llama.cpp's names).
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -25,12 +33,37 @@ pub struct LoadArgs {
     /// first prompt pays for them).
     #[arg(long, help_heading = "Loading", conflicts_with = "no_mmap")]
     pub lazy_load: bool,
+    /// With --no-mmap: keep the weights' memory on the default 4 KiB pages instead of
+    /// asking for transparent huge pages (madvise HUGEPAGE, 2 MiB pages where the
+    /// kernel allows them, fewer page-table walks while the weights stream through).
+    #[arg(
+        long,
+        help_heading = "Loading",
+        env = "REDLITE_NO_HUGEPAGES",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub no_hugepages: bool,
     /// Feed f32 activations to every matrix product (the reference path: exact math on
     /// the stored weights, mean KL ~1e-12 from the exact reference) instead of the default
     /// 16-bit integer activations (faster; mean KL ~1e-6, over 10,000 times closer to
-    /// exact than llama.cpp's 8-bit activations). Also REDLITE_F32_ACT=1.
-    #[arg(long, help_heading = "Kernels")]
+    /// exact than llama.cpp's 8-bit activations).
+    #[arg(
+        long,
+        help_heading = "Kernels",
+        env = "REDLITE_F32_ACT",
+        value_parser = BoolishValueParser::new()
+    )]
     pub f32_activations: bool,
+    /// The highest SIMD level the CPU kernels use: `scalar`, `avx2` or `avx512` (default:
+    /// the best this CPU has; a level above it is lowered to it). For comparisons: the
+    /// levels' kernels agree to f32 rounding.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        help_heading = "Kernels",
+        env = "REDLITE_ISA"
+    )]
+    pub isa: Option<redlite_quant::Isa>,
     /// Stream the routed experts from the GGUF file on demand through a cache of SIZE bytes
     /// instead of keeping them all in memory (e.g. `4GiB`, `512MiB`, `1.5G`; K/M/G/T and
     /// KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000). Each layer's missing experts
@@ -80,6 +113,16 @@ pub struct LoadArgs {
     /// (each drops its own experts) instead of one pool for all layers.
     #[arg(long, help_heading = "Loading")]
     pub expert_cache_per_layer: bool,
+    /// With --expert-cache on the CPU: the threads reading experts from the file, as
+    /// DEMAND,PREFETCH (default 32,6: a token's missing experts of a layer, 30 slices, all
+    /// reach the disk at once, and at most 6 reads ahead are in flight beside them).
+    #[arg(
+        long,
+        value_name = "DEMAND,PREFETCH",
+        help_heading = "Loading",
+        env = "REDLITE_EXPERT_READERS"
+    )]
+    pub expert_readers: Option<ExpertReaders>,
     /// Where the forward pass runs: `cpu`, `cuda` (device 0), `cuda:N`, or `auto` (the
     /// default: the first CUDA device when one can be used, else the CPU). On CUDA the
     /// weights are uploaded in their stored format, one-token and verify products take 16-bit
@@ -218,6 +261,20 @@ impl LoadArgs {
             no_mmap: self.no_mmap,
             prefetch: !self.lazy_load,
             mlock: self.mlock,
+            no_huge_pages: self.no_hugepages,
+        }
+    }
+
+    /// The CPU backend's settings, with `threads` workers (`None`: one per core).
+    pub fn cpu_options(&self, threads: Option<usize>) -> CpuOptions {
+        CpuOptions {
+            threads,
+            activations: if self.f32_activations {
+                Activations::F32
+            } else {
+                Activations::Int16
+            },
+            max_isa: self.isa,
         }
     }
 
@@ -230,6 +287,7 @@ impl LoadArgs {
             prefetch_top: self.expert_prefetch_top,
             policy: self.expert_cache_policy,
             per_layer: self.expert_cache_per_layer,
+            readers: self.expert_readers.unwrap_or_default(),
         })
     }
 }
@@ -261,10 +319,8 @@ pub fn proc_status_bytes(key: &str) -> Option<u64> {
 /// any load warning (e.g. a refused mlock).
 pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Result<Loaded> {
     let t = Instant::now();
-    let mut backend = CpuBackend::new(threads).context("starting the thread pool")?;
-    if args.f32_activations {
-        backend = backend.with_activations(redlite_backend::Activations::F32);
-    }
+    let backend =
+        CpuBackend::with_options(&args.cpu_options(threads)).context("starting the CPU backend")?;
     let threads = backend.threads();
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(

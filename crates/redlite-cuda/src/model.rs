@@ -249,7 +249,7 @@ pub struct CudaOptions {
     pub fit: bool,
     /// f32 activations in every product (the reference path) instead of
     /// the 16-bit integer activations the one-token and verify products
-    /// take by default (also `REDLITE_F32_ACT=1`).
+    /// take by default (the command line's `--f32-activations`).
     pub f32_activations: bool,
     /// With experts placed apart: no decode prefetch of the predicted
     /// experts held in host memory (they are then read over the bus by the
@@ -1459,8 +1459,7 @@ impl CudaModel {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1024),
-            q16: !opts.f32_activations
-                && redlite_backend::Activations::from_env() != redlite_backend::Activations::F32,
+            q16: !opts.f32_activations,
         };
         let n = w.layers.len();
         let mut layers = Vec::with_capacity(n);

@@ -97,6 +97,11 @@ pub struct LoadOptions {
     /// (typically `RLIMIT_MEMLOCK`) is a warning in
     /// [`GgufFile::load_warnings`], not an error.
     pub mlock: bool,
+    /// With `no_mmap`: leave the memory on the default pages. Otherwise it
+    /// asks for transparent huge pages (`madvise(MADV_HUGEPAGE)`), so
+    /// streaming the weights walks a page table entry per 2 MiB instead of
+    /// per 4 KiB.
+    pub no_huge_pages: bool,
 }
 
 /// Bytes per progress report and per read while loading.
@@ -802,9 +807,8 @@ impl GgufFile {
                 // Ask for 2 MiB pages (where the kernel's transparent huge
                 // pages allow them): streaming the weights then walks a
                 // page table entry per 2 MiB instead of per 4 KiB.
-                // REDLITE_NO_HUGEPAGES=1 leaves the default pages.
                 #[cfg(target_os = "linux")]
-                if std::env::var_os("REDLITE_NO_HUGEPAGES").is_none_or(|v| v != "1") {
+                if !opts.no_huge_pages {
                     if let Err(e) = mem.advise(memmap2::Advice::HugePage) {
                         self.load_warnings.push(format!(
                             "{}: madvise(HUGEPAGE) failed: {e}",

@@ -324,6 +324,12 @@ fn load_options_keep_the_bytes() {
             no_mmap: true,
             mlock: true,
             prefetch: true,
+            ..Default::default()
+        },
+        LoadOptions {
+            no_mmap: true,
+            no_huge_pages: true,
+            ..Default::default()
         },
     ] {
         let mut seen = Vec::new();

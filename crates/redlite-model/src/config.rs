@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use redlite_gguf::{GgufFile, MetaValue};
 
 use crate::rope::RopeScaling;
-use crate::ModelError;
-
-pub const ARCH: &str = "qwen3next";
+use crate::{ModelError, ARCH};
 
 /// The model's sizes. Every value comes from the file.
 #[derive(Clone, Debug)]

@@ -40,27 +40,59 @@ use crate::ModelError;
 /// Alignment of buffers, file offsets and lengths for `O_DIRECT`.
 pub const ALIGN: usize = 4096;
 
-/// Reader threads of demand reads, one request (one slice: an expert's
-/// gate, up or down) each: a layer's misses of a token (10 experts, 30
-/// slices) all reach the disk at once.
-const DEMAND_READERS: usize = 32;
-/// Reader threads of prefetch: the most prefetch requests in flight, so
-/// reads ahead never crowd out the demand reads a step waits on.
-const PREFETCH_READERS: usize = 6;
+/// Reader threads of the expert cache (each between 1 and
+/// [`ExpertReaders::MAX`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertReaders {
+    /// Threads of demand reads, one request (one slice: an expert's gate,
+    /// up or down) each; by default 32, so a layer's misses of a token (10
+    /// experts, 30 slices) all reach the disk at once.
+    pub demand: usize,
+    /// Threads of prefetch: the most prefetch requests in flight, so reads
+    /// ahead never crowd out the demand reads a step waits on; by default 6.
+    pub prefetch: usize,
+}
 
-/// Demand and prefetch reader threads: the defaults above, or
-/// `REDLITE_EXPERT_READERS=DEMAND,PREFETCH` (for measurements; each at
-/// least 1, at most 256).
-fn reader_counts() -> (usize, usize) {
-    let parse = |v: &str| -> Option<(usize, usize)> {
-        let (a, b) = v.split_once(',')?;
-        let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-        ((1..=256).contains(&a) && (1..=256).contains(&b)).then_some((a, b))
-    };
-    std::env::var("REDLITE_EXPERT_READERS")
-        .ok()
-        .and_then(|v| parse(&v))
-        .unwrap_or((DEMAND_READERS, PREFETCH_READERS))
+impl ExpertReaders {
+    /// The most threads of either kind.
+    pub const MAX: usize = 256;
+}
+
+impl Default for ExpertReaders {
+    fn default() -> ExpertReaders {
+        ExpertReaders {
+            demand: 32,
+            prefetch: 6,
+        }
+    }
+}
+
+impl std::str::FromStr for ExpertReaders {
+    type Err = String;
+
+    /// `DEMAND,PREFETCH`, e.g. `32,6`.
+    fn from_str(s: &str) -> Result<ExpertReaders, String> {
+        let bad = || {
+            format!(
+                "{s:?}: give the demand and prefetch reader threads as DEMAND,PREFETCH (e.g. \
+                 32,6), each from 1 to {}",
+                ExpertReaders::MAX
+            )
+        };
+        let (a, b) = s.split_once(',').ok_or_else(bad)?;
+        let r = ExpertReaders {
+            demand: a.trim().parse().map_err(|_| bad())?,
+            prefetch: b.trim().parse().map_err(|_| bad())?,
+        };
+        r.valid().then_some(r).ok_or_else(bad)
+    }
+}
+
+impl ExpertReaders {
+    fn valid(&self) -> bool {
+        let ok = |n: usize| (1..=Self::MAX).contains(&n);
+        ok(self.demand) && ok(self.prefetch)
+    }
 }
 
 /// How the routed experts are streamed.
@@ -82,6 +114,8 @@ pub struct ExpertCacheOptions {
     pub policy: CachePolicy,
     /// Each layer holds at most `budget / layers` bytes.
     pub per_layer: bool,
+    /// Threads reading the experts from the file.
+    pub readers: ExpertReaders,
 }
 
 /// Predicted experts read ahead by default: 60% of the experts per token,
@@ -570,6 +604,15 @@ impl ExpertCache {
                 min as f64 / (1u64 << 20) as f64
             )));
         }
+        if !opts.readers.valid() {
+            return Err(ModelError::Input(format!(
+                "{}: expert cache readers {} (demand) and {} (prefetch): each must be from 1 to {}",
+                f.path().display(),
+                opts.readers.demand,
+                opts.readers.prefetch,
+                ExpertReaders::MAX
+            )));
+        }
         let mut warnings = Vec::new();
         let mut shards = Vec::new();
         for path in f.shard_paths() {
@@ -604,7 +647,6 @@ impl ExpertCache {
             inflight: HashSet::new(),
             predicted: vec![None; layers.len()],
         };
-        let (demand_readers, prefetch_readers) = reader_counts();
         let t0 = Instant::now();
         let pool = prefaulted_pool(&layers, opts.budget)?;
         let reserved = (pool.held(), t0.elapsed());
@@ -619,8 +661,8 @@ impl ExpertCache {
             done: Condvar::new(),
             prefetch: opts.prefetch,
             prefetch_top: opts.prefetch_top,
-            demand_io: Readers::new(demand_readers, "expert-read")?,
-            prefetch_io: Readers::new(prefetch_readers, "expert-prefetch")?,
+            demand_io: Readers::new(opts.readers.demand, "expert-read")?,
+            prefetch_io: Readers::new(opts.readers.prefetch, "expert-prefetch")?,
         })
     }
 

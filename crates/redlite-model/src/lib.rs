@@ -44,11 +44,15 @@ pub use config::Config;
 pub use device::{DeviceForward, DeviceState, PrefetchStats, StepTrail, Verified};
 pub use expert_cache::{
     default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
-    ExpertEntry,
+    ExpertEntry, ExpertReaders,
 };
 pub use rope::{RopeScaling, RopeScalingType};
 pub use state::{CpuState, CpuTrail, DeviceTrail, State, Trail};
 pub use weights::mtp_only_blocks;
+
+/// The `general.architecture` this crate runs, and the prefix of its
+/// hyper-parameter keys (`qwen3next.block_count`, `qwen3next.rope.*`, ...).
+pub const ARCH: &str = "qwen3next";
 
 /// Everything that can go wrong loading or running a model. Every load error
 /// names the file and the tensor or metadata key concerned.

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use redlite_gguf::GgufFile;
 
-use crate::config::ARCH;
 use crate::ModelError;
+use crate::ARCH;
 
 /// Which rope scaling the file asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use redlite_model::{CachePolicy, ExpertCacheOptions, LoadOptions, Model};
+use redlite_model::{CachePolicy, ExpertCacheOptions, ExpertReaders, LoadOptions, Model};
 use redlite_testkit::fixture;
 
 const MODELS: [&str; 3] = [
@@ -36,6 +36,7 @@ fn options(budget: u64, direct_io: bool, prefetch: bool) -> ExpertCacheOptions {
         prefetch_top: None,
         policy: CachePolicy::Lru,
         per_layer: false,
+        readers: ExpertReaders::default(),
     }
 }
 
@@ -146,6 +147,56 @@ fn every_policy_is_bit_identical_to_resident() {
             println!("{what}: hit rate {:.3}", s.total().hit_rate());
         }
     }
+}
+
+/// Other reader thread counts (one of each; a few) read the same bytes: the
+/// outputs stay bit-identical; counts outside 1..=256 are refused by name.
+#[test]
+fn reader_counts_are_bit_identical() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "hello");
+    let name = "tiny-s-Q4_K_M.gguf";
+    let want = outputs(&load(name), &prompt);
+    let min = min_budget(name);
+    for (demand, prefetch) in [(1, 1), (3, 2)] {
+        let readers = ExpertReaders { demand, prefetch };
+        let m = streamed_opts(
+            name,
+            ExpertCacheOptions {
+                readers,
+                ..options(2 * min, false, true)
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name} {readers:?}: {e}"));
+        assert!(want == outputs(&m, &prompt), "{readers:?}: outputs differ");
+        let s = m.expert_cache_stats().expect("stats");
+        assert!(s.total().misses > 0, "{readers:?}: nothing was read");
+    }
+    for (demand, prefetch) in [(0, 6), (32, 257)] {
+        let err = streamed_opts(
+            name,
+            ExpertCacheOptions {
+                readers: ExpertReaders { demand, prefetch },
+                ..options(2 * min, false, true)
+            },
+        )
+        .err()
+        .unwrap_or_else(|| panic!("readers {demand},{prefetch} were accepted"))
+        .to_string();
+        assert!(
+            err.contains("must be from 1 to 256") && err.contains(name),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        "4, 2".parse(),
+        Ok(ExpertReaders {
+            demand: 4,
+            prefetch: 2
+        })
+    );
+    assert!("4".parse::<ExpertReaders>().is_err());
+    assert!("0,1".parse::<ExpertReaders>().is_err());
 }
 
 /// A cache of exactly one expert also works (prefill reads one at a time).

@@ -64,6 +64,41 @@ impl Isa {
     }
 }
 
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+
+    /// `scalar`, `avx2` or `avx512` (any case).
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Ok(Isa::Scalar),
+            "avx2" => Ok(Isa::Avx2),
+            "avx512" => Ok(Isa::Avx512),
+            _ => Err(format!(
+                "{s:?} is not a SIMD level (use scalar, avx2 or avx512)"
+            )),
+        }
+    }
+}
+
+/// [`limit_isa`] came too late: a kernel was already chosen at another level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the SIMD level is already fixed at {fixed} for this process (a kernel was chosen before \
+     the limit); it cannot become {wanted} now"
+)]
+pub struct IsaFixed {
+    /// The level in use.
+    pub fixed: Isa,
+    /// The level the limit asked for (already capped at what the CPU has).
+    pub wanted: Isa,
+}
+
 /// What this CPU supports (ignoring any override).
 pub fn detected_isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
@@ -84,18 +119,28 @@ pub fn detected_isa() -> Isa {
     Isa::Scalar
 }
 
-/// The level in use: the detected one, lowered by `REDLITE_ISA=scalar|avx2`
-/// (never raised above what the CPU has).
+/// The level of the whole process, fixed at its first use.
+static ISA: OnceLock<Isa> = OnceLock::new();
+
+/// The level in use: the detected one, or what [`limit_isa`] lowered it to.
+/// The first call fixes it for the process (kernels chosen at one level are
+/// kept in the loaded weights).
 pub fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        let det = detected_isa();
-        match std::env::var("REDLITE_ISA").ok().as_deref() {
-            Some("scalar") => Isa::Scalar,
-            Some("avx2") => det.min(Isa::Avx2),
-            _ => det,
-        }
-    })
+    *ISA.get_or_init(detected_isa)
+}
+
+/// Lower the level the kernels use to at most `max` (never above what the
+/// CPU has), for the whole process. It has to come before the first kernel
+/// is chosen (before a model is loaded); returns the level now in use, or
+/// [`IsaFixed`] when the level was already fixed at another one.
+pub fn limit_isa(max: Isa) -> Result<Isa, IsaFixed> {
+    let wanted = detected_isa().min(max);
+    let fixed = *ISA.get_or_init(|| wanted);
+    if fixed == wanted {
+        Ok(fixed)
+    } else {
+        Err(IsaFixed { fixed, wanted })
+    }
 }
 
 /// Kernels of `ty`, or `None` if the type has no implementation.
@@ -202,7 +247,7 @@ pub fn dot_fn_at(ty: GgmlType, level: Isa) -> Option<DotFn> {
     Some(k.dot_scalar)
 }
 
-/// The fastest dot function for `ty` on this CPU (honouring `REDLITE_ISA`).
+/// The fastest dot function for `ty` at the level in use ([`isa`]).
 pub fn dot_fn(ty: GgmlType) -> Option<DotFn> {
     dot_fn_at(ty, isa())
 }

@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 /// What to write.
 #[derive(Clone, Debug)]
 pub struct PiSetup {
-    /// pi's agent directory (`$PI_CODING_AGENT_DIR`, else `~/.pi/agent`).
+    /// pi's agent directory (the caller resolves it: the command line takes
+    /// `--dir`, else `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`).
     pub dir: PathBuf,
     pub host: String,
     pub port: u16,
@@ -151,14 +152,6 @@ pub fn setup(s: &PiSetup) -> Result<PiReport, String> {
         settings_backup,
         made_default: make_default,
     })
-}
-
-/// pi's agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
-pub fn default_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("PI_CODING_AGENT_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pi/agent"))
 }
 
 #[cfg(test)]

@@ -415,7 +415,9 @@ pub fn gemm_tile_scalar(
     unsafe { scalar_strided(k, tile, x, n_tok, out.as_mut_ptr(), out_stride, 1) }
 }
 
-/// The scalar twin's body, writing `out[r · rs + t · ts]`.
+/// The scalar twin's body, writing `out[r · rs + t · ts]`. It reads only
+/// the activations' `d`, `q` and `sums` (what `check` sized and what
+/// [`Q16Act::quantize_for_gemm`] fills), as the SIMD drivers do.
 ///
 /// # Safety
 /// As [`gemm_tile_strided`]; `check` passed.
@@ -441,9 +443,10 @@ unsafe fn scalar_strided(
                 (u.s[j], u.m[j]) = (tile.scale(r, b, j), tile.offset(r, b, j));
             }
             for t in 0..n_tok {
-                let xt = x.row(t, n_in);
-                let dx = xt.d[b];
-                let xq = &xt.q[b * QK..(b + 1) * QK];
+                let xb = t * tile.nb + b;
+                let dx = x.d[xb];
+                let xq = &x.q[t * n_in + b * QK..t * n_in + (b + 1) * QK];
+                let sums = &x.sums[8 * xb..8 * xb + 8];
                 // SAFETY: row r < rows, token t < n_tok: the caller's promise.
                 let o = unsafe { &mut *out.add(r * rs + t * ts) };
                 let mut acc = *o;
@@ -452,7 +455,7 @@ unsafe fn scalar_strided(
                     let isum: i32 = w.iter().zip(q).map(|(&w, &q)| w as i32 * q as i32).sum();
                     acc += isum as f32 * (u.s[j] * dx);
                     if k.has_min {
-                        acc -= xt.sums[b * 8 + j] as f32 * (u.m[j] * dx);
+                        acc -= sums[j] as f32 * (u.m[j] * dx);
                     }
                 }
                 *o = acc;
@@ -1222,6 +1225,35 @@ mod tests {
             }
         }
         assert!(cases > 0);
+    }
+
+    /// Every level, the scalar twin included, reads only what
+    /// `quantize_for_gemm` fills (no byte planes): the same bits as with
+    /// the fully quantized activations.
+    #[test]
+    fn gemm_needs_no_byte_planes() {
+        let mut tile = Tile::new();
+        for (i, ty) in TYPES.into_iter().enumerate() {
+            let (nb, rows, n_tok) = (2usize, 5usize, 7usize);
+            let n_in = nb * QK;
+            let xf = random_x(n_tok * n_in, 900 + i as u64);
+            let (mut full, mut lean) = (Q16Act::default(), Q16Act::default());
+            assert!(full.quantize(&xf) && lean.quantize_for_gemm(&xf));
+            assert!(lean.h.is_empty() && lean.p.is_empty());
+            for lv in LEVELS {
+                if !level_supported(lv) {
+                    continue;
+                }
+                let k = kernels_at(ty, lv).expect("kernels");
+                let data = random_blocks(ty, rows * nb, 910 + i as u64);
+                tile.unpack(&k, &data, nb * k.bytes, rows);
+                let (mut want, mut got) = (vec![0f32; rows * n_tok], vec![0f32; rows * n_tok]);
+                gemm_tile_at(lv, &k, &tile, &full, n_tok, n_in, &mut want, n_tok);
+                gemm_tile_at(lv, &k, &tile, &lean, n_tok, n_in, &mut got, n_tok);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{ty} {lv:?}");
+            }
+        }
     }
 
     /// The strided form writes a token-major output (`row_stride` 1,

@@ -22,7 +22,7 @@
 use super::Unpacked;
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{dot_iq1_m_fused, unpack_iq1_m, unpack_iq2_xs, zmm_iq1_m, zmm_iq2_xs, zmm_q6_k};
+pub use x86::{unpack_iq1_m, unpack_iq2_xs, zmm_iq1_m, zmm_iq2_xs, zmm_q6_k};
 
 /// The scalar twin (no SIMD on this architecture).
 ///
@@ -365,28 +365,8 @@ mod x86 {
         }
     }
 
-    /// `8·grid ± 1` of every IQ1_S/IQ1_M grid entry as eight `i16`: rows
-    /// `0..2048` with the positive delta, `2048..4096` with the negative one
-    /// (64 KiB), so one 16-bit byte offset `16·idx + 32768·neg` names a row.
-    static IQ1_G16: A64<[[i16; 8]; 4096]> = A64(iq1_g16());
-
     #[repr(C, align(64))]
     pub(super) struct A64<T>(pub(super) T);
-
-    const fn iq1_g16() -> [[i16; 8]; 4096] {
-        let mut t = [[0i16; 8]; 4096];
-        let mut i = 0;
-        while i < 4096 {
-            let mut j = 0;
-            while j < 8 {
-                let g = (IQ1S_GRID[i % 2048] >> (8 * j)) as u8 as i8 as i16;
-                t[i][j] = 8 * g + if i < 2048 { 1 } else { -1 };
-                j += 1;
-            }
-            i += 1;
-        }
-        t
-    }
 
     /// Lane `k` of 32 takes 16-bit lane `k / 2` (each `qh` byte for its two entries).
     static IQ1_DUP: A64<[u16; 32]> = A64(iq1_dup());
@@ -632,115 +612,6 @@ mod x86 {
             d
         }
     }
-
-    /// Blocks whose row offsets are computed before their products.
-    const IQ1_CHUNK: usize = 8;
-
-    /// The one-token IQ1_M dot with the weights kept in registers.
-    ///
-    /// Per chunk of blocks, the 32 row offsets of each block (grid index and
-    /// delta sign, see [`IQ1_G16`]) are computed with AVX-512 into a buffer;
-    /// then per group of 16 weights two 16-bit rows (the second inserted
-    /// straight from memory), `vpmullw` by the group's `2s+1`, and the
-    /// product with the activations at once, instead of storing the block
-    /// and reading it back. (Reading an offset right after the vector store
-    /// that wrote it waits for the store: a chunk later it has landed.)
-    /// Four chains by group (`m % 4`) and the f32 steps of the generic
-    /// driver's uniform block: the same bits as `dot_avx512_vnni::<IQ1M>`.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F/BW/VL (and VNNI when `VNNI`), AVX2, FMA and
-    /// F16C; `data` holds whole 56-byte blocks and `xq`, `xd` the
-    /// activations (256 values, one scale) of at least as many blocks.
-    #[inline(always)]
-    pub unsafe fn dot_iq1_m_fused<const VNNI: bool>(
-        data: &[u8],
-        xq: *const i16,
-        xd: *const f32,
-    ) -> f32 {
-        use crate::q16::x86::{dpwssd256, prefetch_ahead};
-        // SAFETY: every block read lies inside its 56 bytes (32 at 0, 16 at
-        // 32, 8 at 48); row offsets are below 4096·16 (inside IQ1_G16); the
-        // activations exist for every block (the caller's promise); the
-        // table vectors and the offset buffer are 64-byte aligned.
-        unsafe {
-            let nb = data.len() / IQ1M_BYTES;
-            let g = IQ1_G16.0.as_ptr().cast::<u8>();
-            let dup = _mm512_load_si512(IQ1_DUP.0.as_ptr().cast());
-            let shift = _mm512_load_si512(IQ1_SHIFT.0.as_ptr().cast());
-            let mut off = A64([[0u16; 32]; IQ1_CHUNK]);
-            let mut acc = [_mm256_setzero_ps(); 2];
-            let mut b0 = 0;
-            while b0 < nb {
-                let n = IQ1_CHUNK.min(nb - b0);
-                for c in 0..n {
-                    let b = data.as_ptr().add((b0 + c) * IQ1M_BYTES);
-                    // Offset of entry k: 16·(qs | (nibble & 7) << 8), plus
-                    // 32768 when the nibble's bit 3 (negative delta) is set.
-                    let q = _mm512_cvtepu8_epi16(_mm256_loadu_si256(b.cast()));
-                    let h = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                        b.add(32).cast(),
-                    )));
-                    let v = _mm512_srlv_epi16(_mm512_permutexvar_epi16(dup, h), shift);
-                    let hi = _mm512_slli_epi16::<8>(_mm512_and_si512(v, _mm512_set1_epi16(15)));
-                    let o = _mm512_slli_epi16::<4>(_mm512_or_si512(q, hi));
-                    _mm512_store_si512(off.0[c].as_mut_ptr().cast(), o);
-                }
-                for c in 0..n {
-                    let bi = b0 + c;
-                    prefetch_ahead(data, bi * IQ1M_BYTES, IQ1M_BYTES);
-                    let b = data.as_ptr().add(bi * IQ1M_BYTES);
-                    let (d, scb) = iq1_m_scales(b);
-                    let xb = xq.add(bi * 256);
-                    let o = off.0[c].as_ptr();
-                    let mut z = [_mm256_setzero_si256(); 4];
-                    // Written out 16 times (a closure would not inherit the
-                    // target features `dpwssd256` needs; a rolled loop keeps
-                    // its chains in memory).
-                    macro_rules! group {
-                        ($m:expr) => {{
-                            let m: usize = $m;
-                            let r0 = _mm_load_si128(g.add(*o.add(2 * m) as usize).cast());
-                            let r1 = _mm_load_si128(g.add(*o.add(2 * m + 1) as usize).cast());
-                            let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(r0), r1);
-                            let w = _mm256_mullo_epi16(v, group_scale(scb, m));
-                            let xv = _mm256_loadu_si256(xb.add(16 * m).cast());
-                            z[m % 4] = if VNNI {
-                                dpwssd256(z[m % 4], w, xv)
-                            } else {
-                                _mm256_add_epi32(z[m % 4], _mm256_madd_epi16(w, xv))
-                            };
-                        }};
-                    }
-                    group!(0);
-                    group!(1);
-                    group!(2);
-                    group!(3);
-                    group!(4);
-                    group!(5);
-                    group!(6);
-                    group!(7);
-                    group!(8);
-                    group!(9);
-                    group!(10);
-                    group!(11);
-                    group!(12);
-                    group!(13);
-                    group!(14);
-                    group!(15);
-                    let s01 = _mm256_add_ps(_mm256_cvtepi32_ps(z[0]), _mm256_cvtepi32_ps(z[1]));
-                    let s23 = _mm256_add_ps(_mm256_cvtepi32_ps(z[2]), _mm256_cvtepi32_ps(z[3]));
-                    acc[bi % 2] = _mm256_fmadd_ps(
-                        _mm256_add_ps(s01, s23),
-                        _mm256_set1_ps((d * 0.125) * *xd.add(bi)),
-                        acc[bi % 2],
-                    );
-                }
-                b0 += n;
-            }
-            crate::util::hsum256(_mm256_add_ps(acc[0], acc[1]))
-        }
-    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -848,11 +719,10 @@ mod tests {
 
     /// IQ1_M: all 2048 grid entries with both delta signs in every position,
     /// every 3-bit scale in every position, and a spread of `d` bit patterns.
-    /// The fused one-token IQ1_M dot equals the generic driver (its
-    /// multi-token twin with one token, which unpacks every block) bit for
-    /// bit, over rows covering every grid entry with both delta signs and
-    /// every scale, of lengths around the offset chunk, at every AVX-512
-    /// level the CPU has.
+    /// The one-token IQ1_M dot equals its multi-token twin with one token
+    /// bit for bit, over rows covering every grid entry with both delta
+    /// signs and every scale, of several lengths, at every AVX-512 level
+    /// the CPU has.
     #[test]
     fn iq1_m_fused_dot_equals_generic() {
         use crate::q16::{kernels_at, Q16Act, Q16Level};
