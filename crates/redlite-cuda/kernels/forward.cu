@@ -1709,7 +1709,7 @@ REDLITE_DQ_TYPES(DEF_MATVEC_GROUPED)
 REDLITE_DQ_TYPES(DEF_MM)
 
 // Prefill products of F32 matrices (the router) on the CUDA cores, tiled for
-// reuse (`REDLITE_CUDA_MMF=0`: mm_F32). A block of 256 threads computes 64
+// reuse (the same sums as mm_F32). A block of 256 threads computes 64
 // rows × 128 tokens of y[t·ldy + o] = Σ_i W[o][i]·x[t·ldx + i]; per step of
 // 16 inputs the W (64 × 16) and x (128 × 16) tiles, loaded into registers
 // during the step before, go transposed (input-major) into one of two shared
@@ -2214,7 +2214,8 @@ REDLITE_TC_TYPES(DEF_MMT)
 
 // ---------------------------------------------------------------------------
 // Prefill products on the tensor cores, second form (mmx_T dense, mmgx_T
-// grouped; `REDLITE_CUDA_TCX=0`: mmt_T / mmgt_T / mmgw_T above). The same
+// grouped; small grids, short grouped rows and devices short of shared
+// memory keep mmt_T / mmgt_T / mmgw_T above). The same
 // numbers as those (q exact in bf16, x = hi + lo, D = Σ Q·Xhi + Q·Xlo in f32,
 // acc += A·D + B·Σx), organised for more tensor-core work per instruction
 // and per barrier:
@@ -2895,7 +2896,7 @@ extern "C" __global__ void __launch_bounds__(128)
                const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
                int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
-               u64 tstride, const float* __restrict__ pre, int fused) {
+               u64 tstride, const float* __restrict__ pre) {
     // The state row and the gate constants before the wait: no kernel of
     // this pass but this one writes the state (RL_PDL_EARLY).
     float* S = (float*)tab[slot];
@@ -2958,47 +2959,28 @@ extern "C" __global__ void __launch_bounds__(128)
             dn_scales(qv, kv, eps, q_scale, qs, ks);
             if (t + 1 < T) load(t + 1);
         }
-        float kd = 0.f, od = 0.f;
-        if (fused) {
-            // o_j = (M_j + d·k)·q = M_j·q + d·(k·q): the three sums in one
-            // interleaved reduction instead of two in a row.
-            float mq = 0.f, kq = 0.f;
+        // o_j = (M_j + d·k)·q = M_j·q + d·(k·q): the three sums in one
+        // interleaved reduction instead of two in a row.
+        float kd = 0.f, mq = 0.f, kq = 0.f;
 #pragma unroll
-            for (int i = 0; i < NV; i++) {
-                kv[i] *= ks;
-                qv[i] *= qs;
-                m[i] *= decay;
-                kd += m[i] * kv[i];
-                mq += m[i] * qv[i];
-                kq += kv[i] * qv[i];
-            }
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                kd += __shfl_xor_sync(FULL, kd, off);
-                mq += __shfl_xor_sync(FULL, mq, off);
-                kq += __shfl_xor_sync(FULL, kq, off);
-            }
-            const float d = b * (vj - kd);
-#pragma unroll
-            for (int i = 0; i < NV; i++) m[i] += d * kv[i];
-            od = mq + d * kq;
-        } else {
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                kv[i] *= ks;
-                qv[i] *= qs;
-                m[i] *= decay;
-                kd += m[i] * kv[i];
-            }
-            kd = warp_sum(kd);
-            const float d = b * (vj - kd);
-#pragma unroll
-            for (int i = 0; i < NV; i++) {
-                m[i] += d * kv[i];
-                od += m[i] * qv[i];
-            }
-            od = warp_sum(od);
+        for (int i = 0; i < NV; i++) {
+            kv[i] *= ks;
+            qv[i] *= qs;
+            m[i] *= decay;
+            kd += m[i] * kv[i];
+            mq += m[i] * qv[i];
+            kq += kv[i] * qv[i];
         }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            kd += __shfl_xor_sync(FULL, kd, off);
+            mq += __shfl_xor_sync(FULL, mq, off);
+            kq += __shfl_xor_sync(FULL, kq, off);
+        }
+        const float d = b * (vj - kd);
+#pragma unroll
+        for (int i = 0; i < NV; i++) m[i] += d * kv[i];
+        const float od = mq + d * kq;
         if (lane == 0) o[(u64)t * hv * dv + (u64)h * dv + j] = od;
         if (trail) {
             float* tj = trail + (u64)t * tstride + ((u64)h * dv + j) * dk;
@@ -3017,8 +2999,9 @@ extern "C" __global__ void __launch_bounds__(128)
 }
 
 // ---------------------------------------------------------------------------
-// The chunked gated delta rule (prefill passes that are not verify passes;
-// `REDLITE_CUDA_DELTA_CHUNKED=0` keeps `delta_rule` for every pass).
+// The chunked gated delta rule (prefill passes that are not verify passes,
+// of at least `CudaTuning::delta_chunk_min` tokens; shorter ones and heads
+// wider than DC_D keep `delta_rule`).
 //
 // The same algebra as the CPU's `delta_head_chunked` / `delta.rs`. Per value
 // head h and chunk of l <= DC_L tokens (K, Q the L2-normed key rows of h's

@@ -11,7 +11,7 @@ use redlite_gguf::{GgmlType, GgufFile};
 use redlite_model::weights::{Experts, Mat, Mixer};
 use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError, Verified};
 
-use crate::gpu::{Arg, DevBuf, Func, Gpu, Graph};
+use crate::gpu::{Arg, DevBuf, Func, Gpu, GpuOptions, Graph};
 use crate::{dequant_src, CudaError};
 
 /// Most tokens one pass of the kernels takes on a device of less than
@@ -20,8 +20,8 @@ use crate::{dequant_src, CudaError};
 const T_MAX: usize = 512;
 /// Most tokens of one pass on a device of `BIG_DEVICE` bytes or more: a
 /// prefill's routed experts are dequantized once per pass, so longer passes
-/// read and unpack each expert fewer times (`REDLITE_CUDA_CHUNK` sets it;
-/// 4,096: about 80 slots per expert of 512 at top-10; 2,048 took 10% longer
+/// read and unpack each expert fewer times ([`CudaTuning::pass_tokens`]
+/// sets it; 4,096: about 80 slots per expert of 512 at top-10; 2,048 took 10% longer
 /// over 32K tokens on an H200).
 const T_BIG: usize = 4096;
 const BIG_DEVICE: usize = 40 << 30;
@@ -54,25 +54,14 @@ const DC_STATE_SMEM: u32 =
 /// mostly a chunk's worth of padding, stay on the recurrence).
 const DC_MIN_TOKENS: usize = 32;
 
-/// The shortest prefill pass that takes the chunked delta rule, or `None`
-/// (`REDLITE_CUDA_DELTA_CHUNKED=0`, or heads wider than `DC_D`, or more than
-/// 32 key heads, which `delta_prep` does not take).
-fn delta_chunk_min(c: &Config) -> Option<usize> {
-    if std::env::var_os("REDLITE_CUDA_DELTA_CHUNKED").is_some_and(|v| v == "0")
-        || c.ssm_d_k > DC_D
-        || c.ssm_d_v > DC_D
-        || c.ssm_h_k > 32
-        || c.ssm_h_k == 0
-    {
+/// The shortest prefill pass that takes the chunked delta rule (`min`, at
+/// least 2), or `None` (heads wider than `DC_D`, or more than 32 key heads,
+/// which `delta_prep` does not take).
+fn delta_chunk_min(c: &Config, min: usize) -> Option<usize> {
+    if c.ssm_d_k > DC_D || c.ssm_d_v > DC_D || c.ssm_h_k > 32 || c.ssm_h_k == 0 {
         return None;
     }
-    Some(
-        std::env::var("REDLITE_CUDA_DELTA_CHUNK_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DC_MIN_TOKENS)
-            .max(2),
-    )
+    Some(min.max(2))
 }
 
 /// Keys per split at least.
@@ -237,8 +226,10 @@ pub struct ExpertPlacement {
     pub host_bytes: usize,
 }
 
-/// Options of [`CudaModel::new`].
-#[derive(Clone, Copy, Debug, Default)]
+/// Options of [`CudaModel::with_options`], filled by the caller (the
+/// command line reads its flags and documented environment variables into
+/// them; this crate reads no environment).
+#[derive(Clone, Debug, Default)]
 pub struct CudaOptions {
     /// Device memory for the routed experts (`None`: all of them, or as `fit`
     /// decides). Those that do not fit are kept in pinned host memory.
@@ -262,6 +253,105 @@ pub struct CudaOptions {
     /// layer's router, so that the copies of every expert it did not choose
     /// stop (outputs must not change).
     pub expert_prefetch_wait_router: bool,
+    /// Where NVRTC is, where the compiled kernels are cached, and per-kernel
+    /// profiling.
+    pub gpu: GpuOptions,
+    /// Stands in for the device's free memory when `fit` places the experts
+    /// (to try the placement of a smaller GPU on a large one).
+    pub free_bytes: Option<u64>,
+    /// The tuning numbers of the kernels' launches.
+    pub tuning: CudaTuning,
+}
+
+/// Tuning numbers of the forward pass: each default is the value measured
+/// best on an H200 (`bench/RESULTS.md`); none changes the outputs' math
+/// beyond the rounding of the products the kernels choose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaTuning {
+    /// Most tokens of one pass (`None`: 4,096 on a device of 40 GiB or
+    /// more, else 512); longer inputs go in passes of this many. At least
+    /// the most tokens of one verify pass (smaller values are raised to it).
+    pub pass_tokens: Option<usize>,
+    /// Shortest prefill pass that takes the chunked delta rule (32; at
+    /// least 2).
+    pub delta_chunk_min: usize,
+    /// Shortest rows the grouped `mmgx_T` takes (1,024: the experts' down
+    /// products, 512 inputs, stay on `mmgw_T`, faster there).
+    pub tcx_min_in: usize,
+    /// Fewest waves of blocks (times the multiprocessors) a dense prefill
+    /// product takes `mmx_T` with (2; smaller grids stay on `mmt_T`).
+    pub tcx_waves: usize,
+    /// Slots per expert on average (of a prefill pass) from which the
+    /// grouped products take 64-slot tiles (24).
+    pub wide_slots: usize,
+    /// Blocks per multiprocessor the streaming integer kernels' grids are
+    /// sized for (8; at least 1).
+    pub mq_fill: usize,
+    /// Columns per block of `attn_combine_w` (`None`: 64 where the head
+    /// size is a multiple of 64, else the head size; else a divisor of the
+    /// head size from 32 up).
+    pub combine_cols: Option<usize>,
+    /// Blocks per expert of the decode prefetch's copies (2; 1 to 1,024).
+    pub xp_blocks: u32,
+    /// Blocks per expert of the copies after the router (8; 1 to 1,024).
+    pub xp_late_blocks: u32,
+}
+
+impl Default for CudaTuning {
+    fn default() -> Self {
+        CudaTuning {
+            pass_tokens: None,
+            delta_chunk_min: DC_MIN_TOKENS,
+            tcx_min_in: 1024,
+            tcx_waves: 2,
+            wide_slots: 24,
+            mq_fill: MQ_BLOCKS_PER_SM,
+            combine_cols: None,
+            // Two blocks per expert (H200: 1 85.9, 2 92.7, 4 91.0, 8 83.8
+            // tok/s): more blocks take the bus from the reads of the experts
+            // that were not predicted.
+            xp_blocks: 2,
+            // H200: 2 102.3, 4 104.2, 8 104.4, 16 101.9 tok/s.
+            xp_late_blocks: 8,
+        }
+    }
+}
+
+impl CudaTuning {
+    /// An error naming the first field out of its range for heads of
+    /// `head_dim` values.
+    pub fn check(&self, head_dim: usize) -> Result<(), String> {
+        let field = |name: &str, v: &dyn std::fmt::Display, want: &str| {
+            Err(format!("CUDA tuning: {name} = {v}: {want}"))
+        };
+        if self.mq_fill == 0 {
+            return field("mq_fill", &self.mq_fill, "must be at least 1");
+        }
+        if self.wide_slots == 0 {
+            return field("wide_slots", &self.wide_slots, "must be at least 1");
+        }
+        if self.pass_tokens == Some(0) {
+            return field("pass_tokens", &0, "must be at least 1");
+        }
+        for (name, v) in [
+            ("xp_blocks", self.xp_blocks),
+            ("xp_late_blocks", self.xp_late_blocks),
+        ] {
+            if !(1..=1024).contains(&v) {
+                return field(name, &v, "must be 1 to 1024");
+            }
+        }
+        if let Some(n) = self.combine_cols {
+            if n < 32 || n > head_dim || !head_dim.is_multiple_of(n) {
+                return field(
+                    "combine_cols",
+                    &n,
+                    &format!("must divide the head size {head_dim} and be at least 32"),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Device memory kept free for the scratch buffers, a verify trail and the
@@ -291,6 +381,67 @@ fn fit_budget(free: u64, experts: u64, other: u64) -> Result<Option<u64>, ModelE
 #[cfg(test)]
 mod fit_tests {
     use super::*;
+
+    #[test]
+    fn tuning_numbers_out_of_range_are_named() {
+        assert_eq!(CudaTuning::default().check(256), Ok(()));
+        let bad = |t: CudaTuning, field: &str| {
+            let e = t.check(256).expect_err(field);
+            assert!(e.contains(field), "{field}: {e}");
+        };
+        let d = CudaTuning::default;
+        bad(CudaTuning { mq_fill: 0, ..d() }, "mq_fill");
+        bad(
+            CudaTuning {
+                wide_slots: 0,
+                ..d()
+            },
+            "wide_slots",
+        );
+        bad(
+            CudaTuning {
+                pass_tokens: Some(0),
+                ..d()
+            },
+            "pass_tokens",
+        );
+        bad(
+            CudaTuning {
+                xp_blocks: 0,
+                ..d()
+            },
+            "xp_blocks",
+        );
+        bad(
+            CudaTuning {
+                xp_late_blocks: 1025,
+                ..d()
+            },
+            "xp_late_blocks",
+        );
+        bad(
+            CudaTuning {
+                combine_cols: Some(48),
+                ..d()
+            },
+            "combine_cols",
+        );
+        bad(
+            CudaTuning {
+                combine_cols: Some(16),
+                ..d()
+            },
+            "combine_cols",
+        );
+        assert_eq!(
+            CudaTuning {
+                combine_cols: Some(128),
+                ..d()
+            }
+            .check(256),
+            Ok(())
+        );
+    }
 
     #[test]
     fn fit_budget_places_what_does_not_fit() {
@@ -410,11 +561,6 @@ struct XpLayer {
 
 /// Words of one prefetch list (`XP_WORDS` in `forward.cu`).
 const XP_WORDS: usize = 40 + 4 * 32;
-/// Whether the decode prefetch also copies the chosen experts it did not
-/// predict, after the router (`REDLITE_CUDA_XP_LATE`, default on).
-fn late_copies() -> bool {
-    std::env::var_os("REDLITE_CUDA_XP_LATE").is_none_or(|v| v != "0")
-}
 
 /// Ints before the per-expert marks of `xp_mark` (its `done` word first).
 const XP_MARK_PAD: usize = 4;
@@ -436,40 +582,34 @@ struct XpBufs {
     /// then one per expert), for the copies of experts it did not choose to
     /// stop; `XP_MARK_PAD + n_expert` ints apart.
     marks: DevBuf,
-    /// Stop those copies (`REDLITE_CUDA_XP_STOP`, default on).
-    stop: bool,
     n_expert: usize,
     /// `CudaOptions::expert_prefetch_wait_router`.
     wait: bool,
     /// The chosen experts that were not copied ahead, copied after the
-    /// router (`xp_late`; `REDLITE_CUDA_XP_LATE=0` turns it off) into this
-    /// area of k records, instead of read over the bus by the products.
-    late: Option<DevBuf>,
-    /// Blocks per expert of `xp_late` (`REDLITE_CUDA_XP_LATE_BLOCKS`).
+    /// router (`xp_late`) into this area of k records, instead of read over
+    /// the bus by the products.
+    late: DevBuf,
+    /// Blocks per expert of `xp_late` ([`CudaTuning::xp_late_blocks`]).
     late_blocks: u32,
-    /// Blocks per expert of `xp_fetch` (`REDLITE_CUDA_XP_BLOCKS`).
+    /// Blocks per expert of `xp_fetch` ([`CudaTuning::xp_blocks`]).
     blocks: u32,
     /// Predicted experts copied per layer, the most likely first.
     top: usize,
-    /// The prefetch on the main stream instead of beside it
-    /// (`REDLITE_CUDA_XP_INLINE=1`, for comparison).
-    inline: bool,
-    /// The shared expert before the routed ones (`REDLITE_CUDA_XP_SHARED_FIRST`,
-    /// default on).
-    shared_first: bool,
 }
 
 impl XpBufs {
-    /// The marks of parity `p` (0 where the copies do not stop).
+    /// The marks of parity `p`.
     fn marks_at(&self, p: usize) -> u64 {
-        if self.stop {
-            self.marks.ptr + (p * (XP_MARK_PAD + self.n_expert) * 4) as u64
-        } else {
-            0
-        }
+        self.marks.ptr + (p * (XP_MARK_PAD + self.n_expert) * 4) as u64
     }
 
-    fn new(g: &Gpu, c: &Config, rec: usize, top: Option<usize>) -> Result<XpBufs, CudaError> {
+    fn new(
+        g: &Gpu,
+        c: &Config,
+        rec: usize,
+        top: Option<usize>,
+        tuning: &CudaTuning,
+    ) -> Result<XpBufs, CudaError> {
         let k = c.n_expert_used;
         // Default: the most likely four fifths (8 of 10; H200, 25% of the
         // experts in device memory: 95.0 tok/s against 92.7 with all ten).
@@ -484,33 +624,14 @@ impl XpBufs {
             done: g.zeros(2 * 16)?,
             stats: g.zeros(8 * 8)?,
             marks: g.zeros(2 * (XP_MARK_PAD + c.n_expert) * 4)?,
-            stop: std::env::var_os("REDLITE_CUDA_XP_STOP").is_none_or(|v| v != "0"),
             n_expert: c.n_expert,
             wait: false,
             // H200, 25 % of the experts in device memory: 104.4 tok/s against
             // 92.9-95.9 reading them over the bus in the products.
-            late: if late_copies() {
-                Some(g.alloc(k * rec + 64)?)
-            } else {
-                None
-            },
-            late_blocks: std::env::var("REDLITE_CUDA_XP_LATE_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &u32| (1..=1024).contains(&n))
-                // H200: 2 102.3, 4 104.2, 8 104.4, 16 101.9 tok/s.
-                .unwrap_or(8),
-            blocks: std::env::var("REDLITE_CUDA_XP_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &u32| (1..=1024).contains(&n))
-                // Two blocks per expert (H200: 1 85.9, 2 92.7, 4 91.0, 8 83.8
-                // tok/s): more blocks take the bus from the reads of the
-                // experts that were not predicted.
-                .unwrap_or(2),
+            late: g.alloc(k * rec + 64)?,
+            late_blocks: tuning.xp_late_blocks,
+            blocks: tuning.xp_blocks,
             top,
-            inline: std::env::var_os("REDLITE_CUDA_XP_INLINE").is_some_and(|v| v == "1"),
-            shared_first: std::env::var_os("REDLITE_CUDA_XP_SHARED_FIRST").is_none_or(|v| v != "0"),
         })
     }
 }
@@ -715,63 +836,29 @@ pub struct CudaModel {
     xsp_cap: usize,
     tc_split: Func,
     /// Fewest blocks a dense product takes `mmx_T` with
-    /// (`REDLITE_CUDA_TCX_WAVES`, default 2, times the multiprocessors: one
+    /// ([`CudaTuning::tcx_waves`], default 2, times the multiprocessors: one
     /// 128 × 128 block a multiprocessor, so a smaller grid leaves them idle
     /// and `mmt_T`'s 64 × 64 blocks do better).
     tcx_min_blocks: usize,
     weight_bytes: usize,
     k: Kern,
-    use_graph: bool,
-    /// Prefill products through the tiled kernels (`REDLITE_CUDA_TILED=0`:
-    /// the matrix-vector kernels, for comparison).
-    tiled: bool,
-    /// Decode's gate and up products fused with their SwiGLU (`mvgu`;
-    /// `REDLITE_CUDA_FUSE_GU=0`: separate products, for comparison).
-    fuse_gu: bool,
-    /// The router's product and its top-k in one launch (`router_<T>`;
-    /// `REDLITE_CUDA_FUSE_ROUTER=0`: two launches, for comparison).
-    fuse_router: bool,
-    /// An F32 router of up to 2,048 inputs through `router_f32` (the whole
-    /// matrix loaded at once; `REDLITE_CUDA_ROUTER_F32=0`: `router_F32`).
-    router_f32: bool,
-    /// Decode and verify form the router's input in `router_f32n` (the
-    /// residual add and post norm in each block) instead of `add_rmsnorm`
-    /// before it (`REDLITE_CUDA_ROUTER_NORM=0`: the separate launch).
-    router_norm: bool,
-    /// Decode's DeltaNet qkv and gate products as one launch when they lie
-    /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
-    join_qkvz: bool,
-    /// Attention's q and k norms, RoPE and the KV append as one launch
-    /// (`qk_prep`; `REDLITE_CUDA_FUSE_QK=0`: five launches, for comparison).
-    fuse_qk: bool,
-    /// Decode's independent one-token products two at a time in one launch
-    /// (`REDLITE_CUDA_PAIRS=0`: one launch each, for comparison).
-    pair_mq: bool,
-    /// Decode's DeltaNet conv as the epilogue of the paired qkv + gate
-    /// product (`REDLITE_CUDA_FUSE_CONV=0`: `conv_silu`, for comparison).
-    fuse_conv: bool,
-    /// Decode and verify attention through `attn_dec_<hd>` (each key and
-    /// value row read once for all of a KV head's query heads;
-    /// `REDLITE_CUDA_ATTN_DEC=0`: `attn_split`, for comparison). `None`
-    /// where the head size or grouping does not fit it.
+    /// Decode and verify attention through `attn_deca_<hd>` or
+    /// `attn_dec_<hd>` (each key and value row read once for all of a KV
+    /// head's query heads). `None` where the head size or grouping does not
+    /// fit it (`attn_split` then).
     attn_dec: Option<(Func, u32)>,
     /// Prefill attention (passes that are not verify passes) on the tensor
-    /// cores through `attn_flash_<hd>`, with its dynamic shared memory
-    /// (`REDLITE_CUDA_ATTN_FLASH=0`: `attn_split` + `attn_combine`, for
-    /// comparison). `None` where the head size, grouping or device does not
-    /// fit it.
+    /// cores through `attn_flash_<hd>`, with its dynamic shared memory.
+    /// `None` where the head size, grouping or device does not fit it
+    /// (`attn_split` + `attn_combine` then).
     attn_flash: Option<(Func, u32)>,
-    /// The delta rule's three sums per token in one reduction
-    /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
-    /// sum, as the CPU reference orders them).
-    delta_fused: bool,
     /// Prefill passes of at least this many tokens (not verify) take the
-    /// chunked delta rule (`delta_chunk_prep` + `delta_chunk_state`);
-    /// `REDLITE_CUDA_DELTA_CHUNKED=0` keeps the token-by-token kernel for
-    /// every pass, `REDLITE_CUDA_DELTA_CHUNK_MIN` sets the length.
+    /// chunked delta rule (`delta_chunk_prep` + `delta_chunk_state`;
+    /// [`CudaTuning::delta_chunk_min`]); `None` where the heads do not fit
+    /// it (the token-by-token kernel for every pass).
     delta_chunk_min: Option<usize>,
     /// Slots per expert on average (of a prefill pass) from which the
-    /// grouped products take 64-slot tiles (`REDLITE_CUDA_WIDE_SLOTS`).
+    /// grouped products take 64-slot tiles ([`CudaTuning::wide_slots`]).
     wide_slots: usize,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
@@ -781,8 +868,10 @@ pub struct CudaModel {
     /// Whether any product runs on 16-bit activations.
     q16: bool,
     /// Blocks per multiprocessor the streaming integer kernels' grids are
-    /// sized for (`REDLITE_CUDA_MQ_FILL`, default `MQ_BLOCKS_PER_SM`).
+    /// sized for ([`CudaTuning::mq_fill`], default `MQ_BLOCKS_PER_SM`).
     mq_fill: usize,
+    /// [`CudaTuning::combine_cols`].
+    combine_cols: Option<usize>,
     /// A verify pass's inputs quantized for `mqn` (`q16_quant`): `V_MAX`
     /// tokens of up to `MV_XS` values, as 80-byte units and an f32 scale
     /// per unit.
@@ -822,20 +911,18 @@ fn pair_names() -> Vec<String> {
 type AttnKernels = (Option<(Func, u32)>, Option<(Func, u32)>);
 
 /// The attention kernels this model's heads take: `attn_deca_<hd>` for decode
-/// and verify (`REDLITE_CUDA_ATTN_DEC=1`: `attn_dec_<hd>`, its loads in
-/// registers), `attn_flash_<hd>` for prefill, each unless turned off
-/// (`REDLITE_CUDA_ATTN_DEC=0`, `REDLITE_CUDA_ATTN_FLASH=0`) or unfit (head
-/// size, query heads per KV head, the device's shared memory).
+/// and verify (`attn_dec_<hd>`, its loads in registers, on a device whose
+/// shared memory per block does not hold `attn_deca_<hd>`'s copy ring),
+/// `attn_flash_<hd>` for prefill, each unless unfit (head size, query heads
+/// per KV head, the device's shared memory).
 fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
-    let on = |name: &str| std::env::var_os(name).is_none_or(|v| v != "0");
     let (hd, nkv) = (c.head_dim, c.n_head_kv);
     let grp = if nkv > 0 && c.n_head.is_multiple_of(nkv) {
         c.n_head / nkv
     } else {
         0
     };
-    let dec_var = std::env::var("REDLITE_CUDA_ATTN_DEC").unwrap_or_default();
-    let dec = if dec_var != "0" && matches!(hd, 64 | 128 | 256) && (1..=AD_G).contains(&grp) {
+    let dec = if matches!(hd, 64 | 128 | 256) && (1..=AD_G).contains(&grp) {
         // The warps' merge area (AD_W·AD_G/2·hd floats), which attn_deca's
         // copy ring (AD_STG steps of 2·AD_KB·hd floats per warp) overlays.
         let warps = AD_THREADS as usize / 32;
@@ -847,7 +934,7 @@ fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
         );
         let fa = gpu.func(&format!("attn_deca_{hd}")).map_err(merr)?;
         let bytes = ring.max(merge) as u32;
-        if dec_var != "1" && gpu.allow_dynamic_smem(fa, bytes).is_ok() {
+        if gpu.allow_dynamic_smem(fa, bytes).is_ok() {
             Some((fa, bytes))
         } else {
             Some(plain)
@@ -855,11 +942,7 @@ fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
     } else {
         None
     };
-    let flash = if on("REDLITE_CUDA_ATTN_FLASH")
-        && matches!(hd, 64 | 256)
-        && grp > 0
-        && AF_BM.is_multiple_of(grp)
-    {
+    let flash = if matches!(hd, 64 | 256) && grp > 0 && AF_BM.is_multiple_of(grp) {
         let f = gpu.func(&format!("attn_flash_{hd}")).map_err(merr)?;
         let smem = attn_flash_smem(hd) as u32;
         // A device with less shared memory per block keeps attn_split.
@@ -977,16 +1060,10 @@ struct Uploader<'a> {
     place: Option<usize>,
     hosts: Vec<crate::gpu::HostBuf>,
     placed: ExpertPlacement,
-    /// Prefill products on the tensor cores where the type has them
-    /// (`REDLITE_CUDA_TC=0`: the CUDA-core tiles, for comparison).
-    tc: bool,
-    /// Prefill products through `mmx_T` / `mmgx_T` on inputs split once per
-    /// product (`REDLITE_CUDA_TCX=0`: `mmt_T` / `mmgw_T`, for comparison).
-    tcx: bool,
-    /// Shortest rows the grouped `mmgx_T` takes (`REDLITE_CUDA_TCX_MIN_IN`,
-    /// default 1,024: the experts' down products, 512 inputs, stay on
-    /// `mmgw_T`, faster there: eight steps a tile leave `mmgx_T`'s one
-    /// block per multiprocessor waiting on its prologue).
+    /// Shortest rows the grouped `mmgx_T` takes ([`CudaTuning::tcx_min_in`]:
+    /// the experts' down products, 512 inputs, stay on `mmgw_T`, faster
+    /// there: eight steps a tile leave `mmgx_T`'s one block per
+    /// multiprocessor waiting on its prologue).
     tcx_min_in: usize,
     /// One-token and verify products on 16-bit activations where the type
     /// has the integer kernels (off: f32 activations everywhere).
@@ -1039,7 +1116,7 @@ impl Uploader<'_> {
         name: &str,
     ) -> Result<Option<MmKernel>, ModelError> {
         let Some(smem) =
-            dequant_src::tc_smem_bytes(ty, tokens).filter(|_| self.tc && n_in.is_multiple_of(256))
+            dequant_src::tc_smem_bytes(ty, tokens).filter(|_| n_in.is_multiple_of(256))
         else {
             return Ok(None);
         };
@@ -1065,7 +1142,7 @@ impl Uploader<'_> {
         grouped: bool,
     ) -> Result<Option<MmKernel>, ModelError> {
         let Some(smem) = dequant_src::tcx_smem_bytes(ty, grouped)
-            .filter(|_| self.tc && self.tcx && n_in.is_multiple_of(256))
+            .filter(|_| n_in.is_multiple_of(256))
             .filter(|_| !grouped || n_in >= self.tcx_min_in)
         else {
             return Ok(None);
@@ -1099,12 +1176,8 @@ impl Uploader<'_> {
             return Ok(k);
         }
         // A dense F32 matrix (the router): `mmf_F32`, 64 rows × 128 tokens
-        // a block, the same sums as `mm_F32` (`REDLITE_CUDA_MMF=0`: mm_F32).
-        if !grouped
-            && ty == GgmlType::F32
-            && n_in.is_multiple_of(16)
-            && std::env::var_os("REDLITE_CUDA_MMF").is_none_or(|v| v != "0")
-        {
+        // a block, the same sums as `mm_F32`.
+        if !grouped && ty == GgmlType::F32 && n_in.is_multiple_of(16) {
             return Ok(MmKernel {
                 f: self.gpu.func("mmf_F32").map_err(merr)?,
                 tokens: 128,
@@ -1407,7 +1480,8 @@ impl CudaModel {
                 c.ssm_d_k, c.head_dim, c.n_head, c.n_head_kv, c.conv_kernel, c.n_expert_used
             )));
         }
-        let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names()).map_err(merr)?;
+        opts.tuning.check(c.head_dim).map_err(ModelError::Backend)?;
+        let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names(), &opts.gpu).map_err(merr)?;
         let w = model.weights();
         let f = model.gguf();
         // Without a budget, fit the free memory when asked: every expert when
@@ -1415,8 +1489,9 @@ impl CudaModel {
         let mut opts = opts;
         if opts.expert_vram_bytes.is_none() && opts.fit {
             let (free, _) = gpu.mem_info().map_err(merr)?;
+            let free = opts.free_bytes.unwrap_or(free as u64);
             let (experts, other) = redlite_model::expert_split(f);
-            opts.expert_vram_bytes = fit_budget(free as u64, experts, other)?;
+            opts.expert_vram_bytes = fit_budget(free, experts, other)?;
         }
         // The largest layer's expert record (types may differ by layer): the
         // size of the prefetch's staging slots.
@@ -1436,7 +1511,7 @@ impl CudaModel {
                 let stage = if opts.no_expert_prefetch {
                     0
                 } else {
-                    (2 + late_copies() as u64) * c.n_expert_used as u64 * rec_max
+                    3 * c.n_expert_used as u64 * rec_max
                 };
                 let per_layer = budget.saturating_sub(stage) / (w.layers.len().max(1) as u64);
                 let n = (per_layer / rec) as usize;
@@ -1453,12 +1528,7 @@ impl CudaModel {
             place,
             hosts: Vec::new(),
             placed: ExpertPlacement::default(),
-            tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
-            tcx: std::env::var_os("REDLITE_CUDA_TCX").is_none_or(|v| v != "0"),
-            tcx_min_in: std::env::var("REDLITE_CUDA_TCX_MIN_IN")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1024),
+            tcx_min_in: opts.tuning.tcx_min_in,
             q16: !opts.f32_activations
                 && redlite_backend::Activations::from_env() != redlite_backend::Activations::F32,
         };
@@ -1547,13 +1617,9 @@ impl CudaModel {
         let weight_bytes = up.bytes;
         let placement = up.place.map(|_| up.placed);
         let q16 = up.q16;
-        let layers_tcx = up.tc && up.tcx;
         let hosts = up.hosts;
         let bufs = up.bufs;
-        let chunk = match std::env::var("REDLITE_CUDA_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
+        let chunk = match opts.tuning.pass_tokens {
             Some(n) => usize::max(n, V_MAX),
             None if gpu.total_mem >= BIG_DEVICE => T_BIG,
             None => T_MAX,
@@ -1573,20 +1639,9 @@ impl CudaModel {
             .into_iter()
             .max()
             .unwrap_or(0);
-        let xsp = gpu
-            .alloc(if layers_tcx {
-                xsp_cap * 4 + xsp_cap / 8 + 256
-            } else {
-                4
-            })
-            .map_err(merr)?;
-        let xsp_cap = if layers_tcx { xsp_cap } else { 0 };
+        let xsp = gpu.alloc(xsp_cap * 4 + xsp_cap / 8 + 256).map_err(merr)?;
         let gpu_tc_split = gpu.func("tc_split").map_err(merr)?;
-        let tcx_min_blocks = gpu.sm_count
-            * std::env::var("REDLITE_CUDA_TCX_WAVES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2);
+        let tcx_min_blocks = gpu.sm_count * opts.tuning.tcx_waves;
         let q16_units = gpu.alloc(V_MAX * (MV_XS / 32) * 80).map_err(merr)?;
         let q16_scales = gpu.alloc(V_MAX * (MV_XS / 32) * 4).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
@@ -1626,14 +1681,7 @@ impl CudaModel {
             xp_late: fk("xp_late")?,
             xp_scale: fk("xp_scale")?,
         };
-        let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
-        let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
-        let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
-        let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
-        let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
-        let router_norm = std::env::var_os("REDLITE_CUDA_ROUTER_NORM").is_none_or(|v| v != "0");
-        let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
-        let delta_chunk_min = delta_chunk_min(&c);
+        let delta_chunk_min = delta_chunk_min(&c, opts.tuning.delta_chunk_min);
         if delta_chunk_min.is_some() {
             gpu.allow_dynamic_smem(k.delta_chunk_prep, DC_PREP_SMEM)
                 .map_err(merr)?;
@@ -1658,32 +1706,15 @@ impl CudaModel {
             tcx_min_blocks,
             weight_bytes,
             k,
-            use_graph,
-            tiled,
-            fuse_gu,
-            fuse_router,
-            router_f32,
-            router_norm,
-            join_qkvz,
-            fuse_qk: std::env::var_os("REDLITE_CUDA_FUSE_QK").is_none_or(|v| v != "0"),
-            pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
-            fuse_conv: std::env::var_os("REDLITE_CUDA_FUSE_CONV").is_none_or(|v| v != "0"),
             attn_dec,
             attn_flash,
-            delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
             delta_chunk_min,
-            wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(24),
+            wide_slots: opts.tuning.wide_slots,
             placement,
             xp: None,
             q16,
-            mq_fill: std::env::var("REDLITE_CUDA_MQ_FILL")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &usize| n > 0)
-                .unwrap_or(MQ_BLOCKS_PER_SM),
+            mq_fill: opts.tuning.mq_fill,
+            combine_cols: opts.tuning.combine_cols,
             q16_units,
             q16_scales,
             _bufs: bufs,
@@ -1703,6 +1734,7 @@ impl CudaModel {
                 &model.c,
                 rec_max as usize,
                 opts.expert_prefetch_top,
+                &opts.tuning,
             );
             let mut xp = xp.map_err(merr)?;
             xp.wait = opts.expert_prefetch_wait_router;
@@ -1748,7 +1780,7 @@ impl CudaModel {
     /// `y = M·x` over `t` tokens; `exact`: each token computed exactly as a
     /// one-token pass computes it (a verify pass), else the fastest way.
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize, exact: bool) -> Result<(), CudaError> {
-        if t > 1 && !exact && self.tiled && m.n_in.is_multiple_of(32) {
+        if t > 1 && !exact && m.n_in.is_multiple_of(32) {
             let blocks = m.n_out.div_ceil(128) * t.div_ceil(128);
             if let Some(k) = m
                 .mmx
@@ -1874,7 +1906,7 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Option<MqJob> {
-        if !self.fuse_gu || g.n_in > MV_XS {
+        if g.n_in > MV_XS {
             return None;
         }
         let mq = g.kern.mq?;
@@ -1935,7 +1967,7 @@ impl CudaModel {
             }
             _ => None,
         };
-        let Some((f, first, second)) = paired.filter(|_| self.pair_mq) else {
+        let Some((f, first, second)) = paired else {
             self.launch_job(&a)?;
             self.launch_job(&b)?;
             return Ok(false);
@@ -2139,7 +2171,7 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Result<bool, CudaError> {
-        if !self.fuse_gu || g.n_in > MV_XS {
+        if g.n_in > MV_XS {
             return Ok(false);
         }
         let (f, blocks) = match g.kern.mq {
@@ -2224,7 +2256,7 @@ impl CudaModel {
         let wide = m.mmgw.filter(|_| many);
         let (f, rows, threads, smem) = if let Some(w) = wide {
             (w.f, 64, w.threads, w.smem)
-        } else if self.tiled && m.n_in.is_multiple_of(32) {
+        } else if m.n_in.is_multiple_of(32) {
             (m.mmg.f, 64, m.mmg.threads, m.mmg.smem)
         } else {
             (m.mvg, 4, 128, 0)
@@ -2255,15 +2287,10 @@ impl CudaModel {
 
     /// The router and its top-k as one launch (`router_f32`: the matrix
     /// read at once, a row per warp; else `router_<T>`), with the rows each
-    /// block takes; `None` where neither takes `r` (or `REDLITE_CUDA_FUSE_ROUTER=0`).
+    /// block takes; `None` where neither takes `r`.
     fn fused_router(&self, r: &DMat) -> Option<(Func, usize)> {
-        let direct = self.router_f32
-            && r.ty == GgmlType::F32
-            && r.n_in.is_multiple_of(256)
-            && r.n_in <= 2048;
-        if !self.fuse_router {
-            None
-        } else if direct {
+        let direct = r.ty == GgmlType::F32 && r.n_in.is_multiple_of(256) && r.n_in <= 2048;
+        if direct {
             Some((self.k.router_f32, 4))
         } else if r.n_in <= MV_XS {
             Some((r.kern.router, 4 * MV1_R))
@@ -2287,15 +2314,9 @@ impl CudaModel {
         let r = &l.router;
         let ids = xp.ids.ptr + (p * kk * 4) as u64;
         let launch = |f: Func, grid: (u32, u32, u32), block: u32, args: &[Arg]| {
-            if xp.inline {
-                g.launch_f(f, grid, block, 0, args)
-            } else {
-                g.launch_side(p, f, grid, block, 0, args)
-            }
+            g.launch_side(p, f, grid, block, 0, args)
         };
-        if !xp.inline {
-            g.fork_side(p)?;
-        }
+        g.fork_side(p)?;
         launch(
             f,
             (r.n_out.div_ceil(rows) as u32, 1, 1),
@@ -2493,7 +2514,7 @@ impl CudaModel {
         }
         // Decode with every expert in device memory: independent one-token
         // products two at a time (`launch_two`).
-        let pair = self.pair_mq && t == 1 && !exact && xp.is_none() && self.placement.is_none();
+        let pair = t == 1 && !exact && xp.is_none() && self.placement.is_none();
         let one =
             |m: &DMat, x: u64, y: u64| MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, 1);
         for (il, l) in self.layers.iter().enumerate() {
@@ -2533,7 +2554,7 @@ impl CudaModel {
                         Arg::I(cd as i32),
                         Arg::I(c.conv_kernel as i32),
                     ];
-                    let z = match qkv.joined(gate).filter(|_| t == 1 && self.join_qkvz) {
+                    let z = match qkv.joined(gate).filter(|_| t == 1) {
                         Some(both) => {
                             let jobs = if pair {
                                 self.mq1_job(both.kern, &one(&both, s.h.ptr, s.qkv.ptr))
@@ -2544,8 +2565,7 @@ impl CudaModel {
                             match jobs {
                                 Some((j1, j2)) => {
                                     // ba first, qkv + gate with the conv after it.
-                                    let conv = (self.fuse_conv && c.conv_kernel <= CONV_KMAX)
-                                        .then_some(conv_args);
+                                    let conv = (c.conv_kernel <= CONV_KMAX).then_some(conv_args);
                                     conv_done = self.launch_two(j2, j1, conv)?;
                                     ba_done = true;
                                 }
@@ -2687,7 +2707,6 @@ impl CudaModel {
                                 Arg::U(tssm),
                                 Arg::U((hv * dv * dk) as u64),
                                 Arg::U(pre),
-                                Arg::I(self.delta_fused as i32),
                             ],
                         )?;
                     }
@@ -2742,7 +2761,7 @@ impl CudaModel {
                             self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t, exact)?;
                         }
                     }
-                    if self.fuse_qk && hd <= QK_HD_MAX {
+                    if hd <= QK_HD_MAX {
                         // Norms, RoPE and the append in one launch (the same
                         // arithmetic as the five launches below).
                         g.launch_f(
@@ -2843,9 +2862,8 @@ impl CudaModel {
             // Decode and verify (every one of their paths, so they stay
             // equal bit for bit): the residual add and post norm inside the
             // F32 router's blocks.
-            let norm_in_router = self.router_norm
-                && r.n_in == d
-                && fused_router.is_some_and(|(f, _)| f.name == "router_f32");
+            let norm_in_router =
+                r.n_in == d && fused_router.is_some_and(|(f, _)| f.name == "router_f32");
             if !norm_in_router {
                 g.launch_f(
                     k.add_rmsnorm,
@@ -2951,13 +2969,9 @@ impl CudaModel {
                 Ok(())
             };
             if let Some(xp) = xp {
-                if xp.shared_first {
-                    shared()?;
-                }
-                if !xp.inline {
-                    g.join_side(il % 2)?;
-                }
-                if let (Some(late), Some(x)) = (&xp.late, l.xp) {
+                shared()?;
+                g.join_side(il % 2)?;
+                if let Some(x) = l.xp {
                     g.launch_f(
                         k.xp_late,
                         (xp.late_blocks, kk as u32, 1),
@@ -2969,7 +2983,7 @@ impl CudaModel {
                             Arg::I(x.vram as i32),
                             Arg::U(x.host),
                             Arg::U(x.rec),
-                            Arg::U(late.ptr),
+                            Arg::U(xp.late.ptr),
                             Arg::U(xp.lists.ptr + ((il % 2) * XP_WORDS * 8) as u64),
                             Arg::U(x.tables[0]),
                             Arg::U(x.tables[1]),
@@ -3074,7 +3088,7 @@ impl CudaModel {
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
                 self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots, false)?;
             }
-            if !paired && xp.is_none_or(|x| !x.shared_first) {
+            if !paired && xp.is_none() {
                 shared()?;
             }
             // x += the experts' and the shared expert's outputs, then the
@@ -3268,13 +3282,10 @@ impl CudaModel {
         )
     }
 
-    /// Columns per block of `attn_combine_w` (`REDLITE_CUDA_COMBINE_COLS`, a
-    /// divisor of `hd` from 32 up; default 64).
+    /// Columns per block of `attn_combine_w` ([`CudaTuning::combine_cols`],
+    /// checked to divide `hd` at load; default 64).
     fn combine_cols(&self, hd: usize) -> usize {
-        std::env::var("REDLITE_CUDA_COMBINE_COLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n >= 32 && n <= hd && hd.is_multiple_of(n))
+        self.combine_cols
             .unwrap_or(if hd.is_multiple_of(64) { 64 } else { hd })
     }
 
@@ -3704,7 +3715,7 @@ impl DeviceForward for CudaModel {
                     0
                 };
                 self.prepare(&mut s, st, ch)?;
-                if t == 1 && rows == 1 && self.use_graph && !g.profiling() {
+                if t == 1 && rows == 1 && !g.profiling() {
                     self.decode_step(&mut s)?;
                 } else {
                     let ns = if t == 1 {
