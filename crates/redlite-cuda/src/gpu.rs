@@ -227,7 +227,7 @@ pub struct Gpu {
     pdl_ok: bool,
     /// Whether launches now go out with programmatic stream serialization:
     /// each kernel may start while the one before it finishes, and waits
-    /// for it inside (`RL_PDL_WAIT` in forward.cu).
+    /// for it inside (`RL_PDL_WAIT` in `common.cuh`).
     pdl: std::sync::atomic::AtomicBool,
     /// A second stream for work that runs beside the main one (the expert
     /// prefetch of a decode step), forked from and joined back to it by the

@@ -35,13 +35,13 @@ const NS_PREFILL: usize = 8;
 /// most `NS_DECODE` per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
-/// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `forward.cu`).
+/// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `q16_products.cuh`).
 const CONV_KMAX: usize = 8;
-/// The longest head `qk_prep` takes (`QK_HD_MAX` in `forward.cu`).
+/// The longest head `qk_prep` takes (`QK_HD_MAX` in `attention.cuh`).
 const QK_HD_MAX: usize = 256;
-/// Tokens per thread of `conv_silu` (`CONV_TB` in `forward.cu`).
+/// Tokens per thread of `conv_silu` (`CONV_TB` in `delta.cuh`).
 const CONV_TB: usize = 64;
-/// The chunked delta rule (`forward.cu`'s `DC_L`, `DC_D`, `DC_J` and the
+/// The chunked delta rule (`delta.cuh`'s `DC_L`, `DC_D`, `DC_J` and the
 /// dynamic shared memory of its two kernels): tokens per chunk, the widest
 /// head it takes, value columns per `delta_chunk_state` block.
 const DC_L: usize = 64;
@@ -67,7 +67,7 @@ fn delta_chunk_min(c: &Config, min: usize) -> Option<usize> {
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
 /// `attn_flash_<HD>`'s rows per block, keys per tile and threads
-/// (`AF_BM`, `AF_BN`, `AF_THREADS` in `forward.cu`).
+/// (`AF_BM`, `AF_BN`, `AF_THREADS` in `attention.cuh`).
 const AF_BM: usize = 128;
 const AF_BN: usize = 32;
 const AF_THREADS: u32 = 256;
@@ -85,13 +85,13 @@ const AD_STG: usize = 3;
 fn attn_flash_smem(hd: usize) -> usize {
     4 * (2 * (AF_BM + AF_BN) * (hd / 2 + 4) + 2 * hd * (AF_BN / 2 + 4))
 }
-/// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
+/// `products.cuh`'s one-token matrix kernel: rows per warp, largest input.
 const MV1_R: usize = 2;
 const MV_XS: usize = 4096;
 /// Tokens per block of `mvn_<T>` (the verify pass's products).
 const MVN_NT: usize = 16;
 /// Blocks per multiprocessor the streaming integer kernels are sized for
-/// (`MV1_MINB` in `forward.cu`: what fits one at once).
+/// (`MV1_MINB` in `products.cuh`: what fits one at once).
 const MQ_BLOCKS_PER_SM: usize = 8;
 
 fn merr(e: CudaError) -> ModelError {
@@ -197,7 +197,7 @@ struct DExperts {
 }
 
 /// `stride` of a [`DExperts`] whose matrices are found through a table
-/// (`RL_TABLE` in `forward.cu`).
+/// (`RL_TABLE` in `products.cuh`).
 const RL_TABLE: u64 = u64::MAX;
 
 impl DExperts {
@@ -559,7 +559,7 @@ struct XpLayer {
     off_d: u64,
 }
 
-/// Words of one prefetch list (`XP_WORDS` in `forward.cu`).
+/// Words of one prefetch list (`XP_WORDS` in `expert_transfer.cuh`).
 const XP_WORDS: usize = 40 + 4 * 32;
 
 /// Ints before the per-expert marks of `xp_mark` (its `done` word first).
@@ -751,7 +751,7 @@ fn mv_args(a: &MvLaunch) -> [Arg; 15] {
 }
 
 /// The arguments of one matrix-vector launch (`DEF_MATVEC` in
-/// `forward.cu`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
+/// `products.cuh`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
 /// from `ids`, or the slot), inputs at `x + (slot / x_div)·x_zstride`,
 /// outputs at `y + slot·y_zstride`; `x2` non-null: the input is
 /// `silu(x) ⊙ x2`.
@@ -882,7 +882,7 @@ pub struct CudaModel {
 }
 
 /// The one-token products decode runs two at a time in one launch
-/// (`mq1p_A__B`, `mqgup_A__B` in `forward.cu`; A the smaller product's type,
+/// (`mq1p_A__B`, `mqgup_A__B` in `q16_products.cuh`; A the smaller product's type,
 /// its blocks first): DeltaNet's ssm_ba beside qkv + gate, attention's k + v
 /// beside q, the shared expert beside the routed experts. Other pairs take
 /// two launches.
@@ -1038,9 +1038,42 @@ pub fn kernel_source() -> String {
         list(MQ1_PAIRS),
         list(MQGU_PAIRS)
     ));
-    s.push_str(include_str!("../kernels/forward.cu"));
+    for (_, part) in FORWARD_PARTS {
+        s.push_str(part);
+    }
     s
 }
+
+/// The forward kernels by family, in the order [`kernel_source`]
+/// concatenates them (each may use what the files before it define).
+pub const FORWARD_PARTS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../kernels/common.cuh")),
+    ("products.cuh", include_str!("../kernels/products.cuh")),
+    ("router.cuh", include_str!("../kernels/router.cuh")),
+    (
+        "q16_products.cuh",
+        include_str!("../kernels/q16_products.cuh"),
+    ),
+    (
+        "tiled_products.cuh",
+        include_str!("../kernels/tiled_products.cuh"),
+    ),
+    (
+        "tc_products.cuh",
+        include_str!("../kernels/tc_products.cuh"),
+    ),
+    (
+        "elementwise.cuh",
+        include_str!("../kernels/elementwise.cuh"),
+    ),
+    ("delta.cuh", include_str!("../kernels/delta.cuh")),
+    ("attention.cuh", include_str!("../kernels/attention.cuh")),
+    (
+        "expert_transfer.cuh",
+        include_str!("../kernels/expert_transfer.cuh"),
+    ),
+    ("moe.cuh", include_str!("../kernels/moe.cuh")),
+];
 
 fn suffix(ty: GgmlType, what: &str) -> Result<&'static str, ModelError> {
     dequant_src::type_suffix(ty).ok_or_else(|| {
@@ -1943,7 +1976,7 @@ impl CudaModel {
     /// launch of their paired kernel when it exists (the device's blocks
     /// shared by weight bytes, the smaller job's first), else one each, `a`
     /// first. `conv` (`mq1` pairs): DeltaNet's conv as the epilogue of `b`
-    /// (`MqConv` in `forward.cu`: weights, state table, slot, output,
+    /// (`MqConv` in `q16_products.cuh`: weights, state table, slot, output,
     /// channels, kernel length), applied only where `b` runs second in the
     /// paired kernel; the answer says whether it was.
     fn launch_two(&self, a: MqJob, b: MqJob, conv: Option<[Arg; 6]>) -> Result<bool, CudaError> {
@@ -2157,7 +2190,7 @@ impl CudaModel {
     }
 
     /// `y_z = silu(G_z·x_z) ⊙ (U_z·x_z)` for `slots` one-token slots with
-    /// `mvgu` (see `forward.cu`), when gate and up are alike (type, shape,
+    /// `mvgu` (see `products.cuh`), when gate and up are alike (type, shape,
     /// stride) and the input fits the one-token kernels; `Ok(false)` when
     /// they do not (the caller runs the separate products).
     #[allow(clippy::too_many_arguments)]
