@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 pub use model::{
     kernel_names, kernel_source, CudaModel, CudaOptions, CudaState, CudaTuning, ExpertPlacement,
+    FIT_RESERVE, FORWARD_PARTS,
 };
 
 /// What can go wrong on the CUDA side.
