@@ -749,7 +749,7 @@ fn draft_test(model: &Model, args: &Args) -> Result<Vec<SpecRun>> {
     // own (once each, before the interleaved runs).
     let profiling = model.device().is_some_and(|d| {
         d.profile();
-        std::env::var_os("REDLITE_CUDA_PROFILE").is_some_and(|v| v != "0")
+        crate::cuda_env::profile()
     });
     if profiling {
         for (name, p) in &configs {

@@ -127,7 +127,8 @@ pub struct LoadArgs {
     /// default: the first CUDA device when one can be used, else the CPU). On CUDA the
     /// weights are uploaded in their stored format, one-token and verify products take 16-bit
     /// integer activations (f32 with --f32-activations) and the rest f32; the kernels
-    /// are compiled by NVRTC at first use and cached (REDLITE_CUDA_CACHE).
+    /// are compiled by NVRTC at first use (found on the loader's path, in REDLITE_NVRTC_DIR
+    /// or $CUDA_HOME/lib64) and cached (REDLITE_CUDA_CACHE, else ~/.cache/redlite/cuda).
     #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_device, help_heading = "Kernels")]
     pub device: Device,
 }
@@ -398,6 +399,8 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
             no_expert_prefetch: args.no_expert_prefetch,
             expert_prefetch_top: args.expert_prefetch_top,
             expert_prefetch_wait_router: false,
+            // NVRTC, the kernel cache, profiling and tuning (REDLITE_CUDA_*).
+            ..crate::cuda_env::from_env()?
         };
         let r = redlite_cuda::attach_with(&mut model, n, opts, &mut |done, total| {
             layers.set_length(total as u64);

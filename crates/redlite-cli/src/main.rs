@@ -10,6 +10,7 @@ mod cmd_serve;
 mod cmd_setup_pi;
 mod cmd_synth;
 mod cmd_tokenize;
+mod cuda_env;
 mod load;
 
 #[derive(Parser)]

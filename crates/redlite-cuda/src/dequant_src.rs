@@ -176,7 +176,7 @@ pub fn all_suffixes() -> &'static [&'static str] {
 
 /// The types with tensor-core prefill kernels (`mmt_T`, `mmgt_T`: their
 /// chunks are small integers times per-chunk multipliers; `REDLITE_TC_TYPES`
-/// in `forward.cu`).
+/// in `tc_products.cuh`).
 pub fn tensor_core_suffixes() -> &'static [&'static str] {
     &["Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_M", "IQ2_XS"]
 }
@@ -193,7 +193,7 @@ pub fn q16_suffixes() -> &'static [&'static str] {
 }
 
 /// The longest rows (inputs) the integer kernels of `t` take (`MQ_XS_T` in
-/// `forward.cu`): 2,048 for the types whose lookup tables share the blocks'
+/// `q16_products.cuh`): 2,048 for the types whose lookup tables share the blocks'
 /// shared memory (IQ1_M, IQ2_XS), else 4,096.
 pub fn q16_max_inputs(t: GgmlType) -> usize {
     match t {
@@ -213,7 +213,7 @@ pub fn tensor_core_prefill(t: GgmlType) -> bool {
 }
 
 /// Dynamic shared memory of a tensor-core prefill launch of type `t`
-/// (`TC_SMEM` in `forward.cu`) whose tiles are 64 rows × `tokens` tokens
+/// (`TC_SMEM` in `tc_products.cuh`) whose tiles are 64 rows × `tokens` tokens
 /// (or an expert's slots): the tile, then two buffers of 64 rows' windows
 /// over one 256-input step of weights, then the type's lookup table where it
 /// has one there. `None` where `t` has no such kernel.
@@ -232,7 +232,7 @@ pub fn tc_smem_bytes(t: GgmlType, tokens: usize) -> Option<u32> {
 }
 
 /// Dynamic shared memory of an `mmx_T` (`grouped`: `mmgx_T`) launch of type
-/// `t`, as `TxMem<..>::END` in `forward.cu` lays it out: weight q (two
+/// `t`, as `TxMem<..>::END` in `tc_products.cuh` lays it out: weight q (two
 /// buffers of `br` rows × 72 bf16), the inputs' hi and lo (three of `bt`
 /// rows each), the groups' A, B and the inputs' sums (three), the tokens' rows, two
 /// buffers of raw weights per 256 inputs, the unpacker's table. `br` × `bt`

@@ -19,53 +19,67 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Whether NVRTC can be loaded. Besides the loader's search path, NVRTC is
-/// looked for in `REDLITE_NVRTC_DIR` and the CUDA toolkit's usual places
-/// (`$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`); one found there is loaded
-/// by full path so that the by-name lookup finds it.
+/// How [`Gpu::open`] finds NVRTC, where it keeps the compiled kernels and
+/// whether it times them. The caller fills it (the command line reads its
+/// documented environment variables); nothing here reads the environment.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// The on-disk kernel cache ([`cache_path`]); `None` compiles the
+    /// kernels at every open.
+    pub kernel_cache: Option<PathBuf>,
+    /// Directories to look for `libnvrtc.so.*` in (see [`find_nvrtc`]).
+    pub nvrtc_dirs: Vec<PathBuf>,
+    /// Time every launch with events ([`Gpu::profile_take`]); decode then
+    /// launches kernel by kernel instead of replaying its graph.
+    pub profile: bool,
+}
+
+/// Whether NVRTC can be loaded from the loader's search path (or was loaded
+/// before by [`find_nvrtc`]).
 pub fn nvrtc_present() -> bool {
-    static FOUND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FOUND.get_or_init(|| {
-        // SAFETY: only tries to dlopen the library by its known names.
+    find_nvrtc(&[])
+}
+
+/// Whether NVRTC can be loaded. Besides the loader's search path, NVRTC is
+/// looked for in `dirs`, then in `/usr/local/cuda/lib64`; one found there is
+/// loaded by full path (and stays loaded) so that the by-name lookup finds
+/// it.
+pub fn find_nvrtc(dirs: &[PathBuf]) -> bool {
+    // One search at a time (each may load libraries).
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: only tries to dlopen the library by its known names.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return true;
+    }
+    let toolkit = PathBuf::from("/usr/local/cuda/lib64");
+    for d in dirs.iter().chain(std::iter::once(&toolkit)) {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libnvrtc") && n.contains(".so"))
+            })
+            .collect();
+        // The builtins first: libnvrtc loads them by name.
+        names.sort_by_key(|p| !p.to_string_lossy().contains("builtins"));
+        for p in names {
+            // SAFETY: loading NVRTC runs only its initialisers; the handle
+            // is leaked so the library stays loaded for cudarc.
+            if let Ok(l) = unsafe { libloading::Library::new(&p) } {
+                std::mem::forget(l);
+            }
+        }
+        // SAFETY: as above.
         if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return true;
         }
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        if let Some(d) = std::env::var_os("REDLITE_NVRTC_DIR") {
-            dirs.push(d.into());
-        }
-        if let Some(d) = std::env::var_os("CUDA_HOME") {
-            dirs.push(PathBuf::from(d).join("lib64"));
-        }
-        dirs.push("/usr/local/cuda/lib64".into());
-        for d in dirs {
-            let Ok(rd) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            let mut names: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("libnvrtc") && n.contains(".so"))
-                })
-                .collect();
-            // The builtins first: libnvrtc loads them by name.
-            names.sort_by_key(|p| !p.to_string_lossy().contains("builtins"));
-            for p in names {
-                // SAFETY: loading NVRTC runs only its initialisers; the handle
-                // is leaked so the library stays loaded for cudarc.
-                if let Ok(l) = unsafe { libloading::Library::new(&p) } {
-                    std::mem::forget(l);
-                }
-            }
-            // SAFETY: as above.
-            if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-                return true;
-            }
-        }
-        false
-    })
+    }
+    false
 }
 
 /// Number of CUDA devices (0 when there is no driver).
@@ -169,7 +183,7 @@ unsafe impl Send for Func {}
 // SAFETY: as above.
 unsafe impl Sync for Func {}
 
-/// Per-kernel GPU time, collected when profiling (`REDLITE_CUDA_PROFILE=1`).
+/// Per-kernel GPU time, collected when profiling ([`GpuOptions::profile`]).
 #[derive(Default)]
 struct Prof {
     pending: Vec<(&'static str, sys::CUevent, sys::CUevent)>,
@@ -208,13 +222,12 @@ pub struct Gpu {
     funcs: HashMap<String, Func>,
     _module: sys::CUmodule,
     prof: Option<std::sync::Mutex<Prof>>,
-    /// Programmatic dependent launch (sm_90 and later): 0 never
-    /// (`REDLITE_CUDA_PDL=0`), 1 where the caller asks for it (the default),
-    /// 2 for every launch (`REDLITE_CUDA_PDL=2`, for comparison).
-    pdl_mode: u8,
+    /// Programmatic dependent launch (sm_90 and later), granted where the
+    /// caller asks for it.
+    pdl_ok: bool,
     /// Whether launches now go out with programmatic stream serialization:
     /// each kernel may start while the one before it finishes, and waits
-    /// for it inside (`RL_PDL_WAIT` in forward.cu).
+    /// for it inside (`RL_PDL_WAIT` in `common.cuh`).
     pdl: std::sync::atomic::AtomicBool,
     /// A second stream for work that runs beside the main one (the expert
     /// prefetch of a decode step), forked from and joined back to it by the
@@ -234,7 +247,12 @@ unsafe impl Sync for Gpu {}
 impl Gpu {
     /// Open device `ordinal`, compile (or load from the disk cache) the
     /// kernels in `source` for its architecture and look up `kernels`.
-    pub fn open(ordinal: usize, source: &str, kernels: &[String]) -> Result<Gpu, CudaError> {
+    pub fn open(
+        ordinal: usize,
+        source: &str,
+        kernels: &[String],
+        opts: &GpuOptions,
+    ) -> Result<Gpu, CudaError> {
         if !driver_present() {
             return Err(CudaError::NoDriver);
         }
@@ -284,7 +302,10 @@ impl Gpu {
             }
         };
         let (ev_fork, ev_join) = (event()?, event()?);
-        let image = compile_cached(source, cc)?;
+        if !find_nvrtc(&opts.nvrtc_dirs) {
+            return Err(CudaError::NoNvrtc);
+        }
+        let image = compile_cached(source, cc, opts.kernel_cache.as_deref())?;
         ctx.bind_to_thread().map_err(drv("binding the context"))?;
         // SAFETY: `image` is a NUL-terminated PTX or a cubin for this device.
         let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
@@ -299,9 +320,7 @@ impl Gpu {
             let name: &'static str = Box::leak(k.clone().into_boxed_str());
             funcs.insert(k.clone(), Func { f, name });
         }
-        let prof = std::env::var_os("REDLITE_CUDA_PROFILE")
-            .filter(|v| v != "0")
-            .map(|_| std::sync::Mutex::new(Prof::default()));
+        let prof = opts.profile.then(|| std::sync::Mutex::new(Prof::default()));
         Ok(Gpu {
             ctx,
             stream,
@@ -313,12 +332,7 @@ impl Gpu {
             funcs,
             _module: module,
             prof,
-            pdl_mode: match std::env::var("REDLITE_CUDA_PDL").as_deref() {
-                _ if cc.0 < 9 => 0,
-                Ok("0") => 0,
-                Ok("2") => 2,
-                _ => 1,
-            },
+            pdl_ok: cc.0 >= 9,
             pdl: std::sync::atomic::AtomicBool::new(false),
             side,
             ev_fork,
@@ -422,17 +436,13 @@ impl Gpu {
     }
 
     /// Ask for programmatic dependent launch on the launches that follow
-    /// (granted on sm_90 and later unless `REDLITE_CUDA_PDL` says otherwise).
+    /// (granted on sm_90 and later).
     pub fn set_pdl(&self, on: bool) {
-        let on = match self.pdl_mode {
-            0 => false,
-            2 => true,
-            _ => on,
-        };
-        self.pdl.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.pdl
+            .store(on && self.pdl_ok, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether per-kernel profiling is on (`REDLITE_CUDA_PROFILE=1`).
+    /// Whether per-kernel profiling is on ([`GpuOptions::profile`]).
     pub fn profiling(&self) -> bool {
         self.prof.is_some()
     }
@@ -549,19 +559,10 @@ impl Gpu {
         })
     }
 
-    /// Free and total device memory, bytes (`REDLITE_CUDA_FREE`, a byte count
-    /// with an optional K/M/G suffix of powers of 1024, stands in for the free
-    /// figure: to try the automatic expert placement on a large GPU).
+    /// Free and total device memory, bytes.
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.bind()?;
-        let (free, total) = result::mem_get_info().map_err(drv("querying device memory"))?;
-        let free = match std::env::var("REDLITE_CUDA_FREE") {
-            Ok(v) => parse_bytes(&v).ok_or_else(|| {
-                CudaError::Driver(format!("REDLITE_CUDA_FREE={v:?}: not a size (e.g. 20G)"))
-            })?,
-            Err(_) => free,
-        };
-        Ok((free, total))
+        result::mem_get_info().map_err(drv("querying device memory"))
     }
 
     /// `bytes` (at least 1) of zeroed pinned host memory that the device
@@ -773,16 +774,18 @@ fn arg_slots(args: &[Arg], slots: &mut [u64; MAX_ARGS], ptrs: &mut [*mut c_void;
     }
 }
 
-/// The on-disk kernel cache: `REDLITE_CUDA_CACHE`, else
-/// `$XDG_CACHE_HOME/redlite/cuda`, else `~/.cache/redlite/cuda`.
-pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("REDLITE_CUDA_CACHE") {
-        return Some(PathBuf::from(d));
+/// The usual place of the on-disk kernel cache, given the values of
+/// `$XDG_CACHE_HOME` and `$HOME`: `$XDG_CACHE_HOME/redlite/cuda`, else
+/// `~/.cache/redlite/cuda` (the caller reads the environment).
+pub fn default_cache_dir(
+    xdg_cache_home: Option<PathBuf>,
+    home: Option<PathBuf>,
+) -> Option<PathBuf> {
+    match (xdg_cache_home, home) {
+        (Some(x), _) => Some(x.join("redlite/cuda")),
+        (None, Some(h)) => Some(h.join(".cache/redlite/cuda")),
+        (None, None) => None,
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(d).join("redlite/cuda"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/redlite/cuda"))
 }
 
 /// FNV-1a, stable across builds (the cache key).
@@ -799,33 +802,30 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// The NVRTC options every kernel is compiled with.
-/// The NVRTC options for `arch`. `REDLITE_CUDA_DEFINES` (e.g. `-DMV1_MINB=8`)
-/// adds macro definitions: kernel variants for experiments, compiled and
-/// cached apart from the default kernels.
+/// The NVRTC options every kernel is compiled with, for `arch` (`sm_XY`).
 pub fn nvrtc_options(arch: &str) -> Vec<String> {
-    let mut o = vec![
+    vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".into(),
         "-default-device".into(),
         "-diag-suppress=177".into(),
-    ];
-    if let Ok(defs) = std::env::var("REDLITE_CUDA_DEFINES") {
-        o.extend(
-            defs.split_whitespace()
-                .filter(|d| d.starts_with("-D"))
-                .map(String::from),
-        );
-    }
-    o
+    ]
 }
 
 /// Compile `source` for compute capability `cc` to a cubin (NUL-terminated
-/// PTX when the NVRTC cannot emit a cubin for it), reusing a cached image.
-pub fn compile_cached(source: &str, cc: (i32, i32)) -> Result<Vec<u8>, CudaError> {
+/// PTX when the NVRTC cannot emit a cubin for it), reusing an image cached
+/// in `cache` (and storing a new one there).
+pub fn compile_cached(
+    source: &str,
+    cc: (i32, i32),
+    cache: Option<&Path>,
+) -> Result<Vec<u8>, CudaError> {
     let arch = format!("sm_{}{}", cc.0, cc.1);
     let opts = nvrtc_options(&arch);
-    let path = cache_path(source, &arch)?;
+    let path = match cache {
+        Some(dir) => Some(cache_path(dir, source, &arch)?),
+        None => None,
+    };
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             tracing::debug!("kernels from the cache {}", p.display());
@@ -844,9 +844,9 @@ pub fn compile_cached(source: &str, cc: (i32, i32)) -> Result<Vec<u8>, CudaError
     Ok(image)
 }
 
-/// Where the cache keeps the image of `source` for `arch` (`sm_XY`) compiled
-/// by this NVRTC (its version is part of the key).
-pub fn cache_path(source: &str, arch: &str) -> Result<Option<PathBuf>, CudaError> {
+/// Where the cache in `dir` keeps the image of `source` for `arch` (`sm_XY`)
+/// compiled by this NVRTC (its version is part of the key).
+pub fn cache_path(dir: &Path, source: &str, arch: &str) -> Result<PathBuf, CudaError> {
     let (maj, min) = nvrtc_version()?;
     let opts = nvrtc_options(arch);
     let key = fnv1a(&[
@@ -855,7 +855,7 @@ pub fn cache_path(source: &str, arch: &str) -> Result<Option<PathBuf>, CudaError
         opts.join(" ").as_bytes(),
         format!("{maj}.{min}").as_bytes(),
     ]);
-    Ok(cache_dir().map(|d| d.join(format!("{key:016x}-{arch}.cubin"))))
+    Ok(dir.join(format!("{key:016x}-{arch}.cubin")))
 }
 
 /// Write `image` at `path` (atomically). A cache that cannot be written only
@@ -931,27 +931,23 @@ pub fn compile(source: &str, opts: &[String]) -> Result<Vec<u8>, CudaError> {
     out
 }
 
-/// `123`, `64K`, `512M`, `20G` (powers of 1024) as bytes.
-fn parse_bytes(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1usize << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim().parse::<usize>().ok()?.checked_mul(mul)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     #[test]
-    fn parse_bytes_reads_sizes() {
-        assert_eq!(super::parse_bytes("123"), Some(123));
-        assert_eq!(super::parse_bytes("64K"), Some(64 << 10));
-        assert_eq!(super::parse_bytes("512m"), Some(512 << 20));
-        assert_eq!(super::parse_bytes(" 20G "), Some(20 << 30));
-        assert_eq!(super::parse_bytes("x"), None);
-        assert_eq!(super::parse_bytes("G"), None);
+    fn the_kernel_cache_follows_xdg_then_home() {
+        let d = |x: Option<&str>, h: Option<&str>| {
+            super::default_cache_dir(x.map(PathBuf::from), h.map(PathBuf::from))
+        };
+        assert_eq!(
+            d(Some("/x"), Some("/h")),
+            Some(PathBuf::from("/x/redlite/cuda"))
+        );
+        assert_eq!(
+            d(None, Some("/h")),
+            Some(PathBuf::from("/h/.cache/redlite/cuda"))
+        );
+        assert_eq!(d(None, None), None);
     }
 }

@@ -6,7 +6,12 @@
 //! cache and recurrent states stay in device memory; token ids go in and
 //! logits come out. Kernels are CUDA C++ (`kernels/*.cu`, `kernels/*.cuh`)
 //! compiled at first use by NVRTC for the device's architecture and cached
-//! on disk ([`gpu::cache_dir`]).
+//! on disk ([`gpu::GpuOptions::kernel_cache`]).
+//!
+//! Settings are typed: [`CudaOptions`] (placement of the experts, the
+//! activations, NVRTC's location, the kernel cache, profiling) and its
+//! [`CudaTuning`] numbers, each default the value measured best. The caller
+//! fills them; this crate reads no environment variable.
 //!
 //! The CUDA libraries are loaded at run time: this crate builds, and every
 //! CPU test runs, on machines without them ([`gpu::driver_present`] is
@@ -18,7 +23,10 @@ mod model;
 
 use std::sync::Arc;
 
-pub use model::{kernel_names, kernel_source, CudaModel, CudaOptions, CudaState, ExpertPlacement};
+pub use model::{
+    kernel_names, kernel_source, CudaModel, CudaOptions, CudaState, CudaTuning, ExpertPlacement,
+    FIT_RESERVE, FORWARD_PARTS,
+};
 
 /// What can go wrong on the CUDA side.
 #[derive(Debug, thiserror::Error)]

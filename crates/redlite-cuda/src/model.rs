@@ -2,6 +2,14 @@
 //! their stored format, activations in device scratch buffers, the state of
 //! each sequence in device memory. The host feeds token ids and reads back
 //! logits; nothing else crosses the bus inside a forward pass.
+//!
+//! This module holds the model ([`CudaModel::with_options`] builds it), its
+//! products and the per-pass encoder (`encode`: DeltaNet, attention and MoE
+//! blocks in layer order), the per-sequence state ([`CudaState`]) and the
+//! `DeviceForward` / `DeviceState` glue. Beside it: `options` (the typed
+//! settings and the fit budget), `upload` (weights to the device, expert
+//! placement, kernel choice per matrix), `prefetch` (the decode prefetch of
+//! experts held in host memory) and `source` (the kernel source and names).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -11,8 +19,19 @@ use redlite_gguf::{GgmlType, GgufFile};
 use redlite_model::weights::{Experts, Mat, Mixer};
 use redlite_model::{Config, DeviceForward, DeviceState, Model, ModelError, Verified};
 
-use crate::gpu::{Arg, DevBuf, Func, Gpu, Graph};
+use crate::gpu::{Arg, DevBuf, Func, Gpu, GpuOptions, Graph};
 use crate::{dequant_src, CudaError};
+
+mod options;
+mod prefetch;
+mod source;
+mod upload;
+
+use options::fit_budget;
+pub use options::{CudaOptions, CudaTuning, ExpertPlacement, FIT_RESERVE};
+use prefetch::{XpBufs, XpLayer, XP_MARK_PAD, XP_WORDS};
+pub use source::{kernel_names, kernel_source, FORWARD_PARTS};
+use upload::{expert_record, Uploader};
 
 /// Most tokens one pass of the kernels takes on a device of less than
 /// `BIG_DEVICE` bytes (and most whose logits one pass returns); longer
@@ -20,8 +39,8 @@ use crate::{dequant_src, CudaError};
 const T_MAX: usize = 512;
 /// Most tokens of one pass on a device of `BIG_DEVICE` bytes or more: a
 /// prefill's routed experts are dequantized once per pass, so longer passes
-/// read and unpack each expert fewer times (`REDLITE_CUDA_CHUNK` sets it;
-/// 4,096: about 80 slots per expert of 512 at top-10; 2,048 took 10% longer
+/// read and unpack each expert fewer times ([`CudaTuning::pass_tokens`]
+/// sets it; 4,096: about 80 slots per expert of 512 at top-10; 2,048 took 10% longer
 /// over 32K tokens on an H200).
 const T_BIG: usize = 4096;
 const BIG_DEVICE: usize = 40 << 30;
@@ -35,13 +54,13 @@ const NS_PREFILL: usize = 8;
 /// most `NS_DECODE` per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
-/// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `forward.cu`).
+/// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `q16_products.cuh`).
 const CONV_KMAX: usize = 8;
-/// The longest head `qk_prep` takes (`QK_HD_MAX` in `forward.cu`).
+/// The longest head `qk_prep` takes (`QK_HD_MAX` in `attention.cuh`).
 const QK_HD_MAX: usize = 256;
-/// Tokens per thread of `conv_silu` (`CONV_TB` in `forward.cu`).
+/// Tokens per thread of `conv_silu` (`CONV_TB` in `delta.cuh`).
 const CONV_TB: usize = 64;
-/// The chunked delta rule (`forward.cu`'s `DC_L`, `DC_D`, `DC_J` and the
+/// The chunked delta rule (`delta.cuh`'s `DC_L`, `DC_D`, `DC_J` and the
 /// dynamic shared memory of its two kernels): tokens per chunk, the widest
 /// head it takes, value columns per `delta_chunk_state` block.
 const DC_L: usize = 64;
@@ -54,31 +73,20 @@ const DC_STATE_SMEM: u32 =
 /// mostly a chunk's worth of padding, stay on the recurrence).
 const DC_MIN_TOKENS: usize = 32;
 
-/// The shortest prefill pass that takes the chunked delta rule, or `None`
-/// (`REDLITE_CUDA_DELTA_CHUNKED=0`, or heads wider than `DC_D`, or more than
-/// 32 key heads, which `delta_prep` does not take).
-fn delta_chunk_min(c: &Config) -> Option<usize> {
-    if std::env::var_os("REDLITE_CUDA_DELTA_CHUNKED").is_some_and(|v| v == "0")
-        || c.ssm_d_k > DC_D
-        || c.ssm_d_v > DC_D
-        || c.ssm_h_k > 32
-        || c.ssm_h_k == 0
-    {
+/// The shortest prefill pass that takes the chunked delta rule (`min`, at
+/// least 2), or `None` (heads wider than `DC_D`, or more than 32 key heads,
+/// which `delta_prep` does not take).
+fn delta_chunk_min(c: &Config, min: usize) -> Option<usize> {
+    if c.ssm_d_k > DC_D || c.ssm_d_v > DC_D || c.ssm_h_k > 32 || c.ssm_h_k == 0 {
         return None;
     }
-    Some(
-        std::env::var("REDLITE_CUDA_DELTA_CHUNK_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DC_MIN_TOKENS)
-            .max(2),
-    )
+    Some(min.max(2))
 }
 
 /// Keys per split at least.
 const SPLIT_MIN: usize = 256;
 /// `attn_flash_<HD>`'s rows per block, keys per tile and threads
-/// (`AF_BM`, `AF_BN`, `AF_THREADS` in `forward.cu`).
+/// (`AF_BM`, `AF_BN`, `AF_THREADS` in `attention.cuh`).
 const AF_BM: usize = 128;
 const AF_BN: usize = 32;
 const AF_THREADS: u32 = 256;
@@ -96,13 +104,13 @@ const AD_STG: usize = 3;
 fn attn_flash_smem(hd: usize) -> usize {
     4 * (2 * (AF_BM + AF_BN) * (hd / 2 + 4) + 2 * hd * (AF_BN / 2 + 4))
 }
-/// `forward.cu`'s one-token matrix kernel: rows per warp, largest input.
+/// `products.cuh`'s one-token matrix kernel: rows per warp, largest input.
 const MV1_R: usize = 2;
 const MV_XS: usize = 4096;
 /// Tokens per block of `mvn_<T>` (the verify pass's products).
 const MVN_NT: usize = 16;
 /// Blocks per multiprocessor the streaming integer kernels are sized for
-/// (`MV1_MINB` in `forward.cu`: what fits one at once).
+/// (`MV1_MINB` in `products.cuh`: what fits one at once).
 const MQ_BLOCKS_PER_SM: usize = 8;
 
 fn merr(e: CudaError) -> ModelError {
@@ -208,7 +216,7 @@ struct DExperts {
 }
 
 /// `stride` of a [`DExperts`] whose matrices are found through a table
-/// (`RL_TABLE` in `forward.cu`).
+/// (`RL_TABLE` in `products.cuh`).
 const RL_TABLE: u64 = u64::MAX;
 
 impl DExperts {
@@ -220,96 +228,6 @@ impl DExperts {
         } else {
             up.base.wrapping_sub(self.base)
         }
-    }
-}
-
-/// Where the routed experts live when they do not all fit in device memory:
-/// the first `vram` experts of every layer in device memory, the others in
-/// pinned host memory that the kernels read over the bus. Each expert's
-/// matrices (gate, up, down) lie together in one record.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ExpertPlacement {
-    /// Experts per layer in device memory.
-    pub vram: usize,
-    /// Device bytes of routed experts, over all layers.
-    pub vram_bytes: usize,
-    /// Pinned host bytes of routed experts, over all layers.
-    pub host_bytes: usize,
-}
-
-/// Options of [`CudaModel::new`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CudaOptions {
-    /// Device memory for the routed experts (`None`: all of them, or as `fit`
-    /// decides). Those that do not fit are kept in pinned host memory.
-    pub expert_vram_bytes: Option<u64>,
-    /// Without a budget: keep every expert in device memory when the model
-    /// fits in the free memory with room to run ([`FIT_RESERVE`]), else place
-    /// as many as fit there and the rest in pinned host memory.
-    pub fit: bool,
-    /// f32 activations in every product (the reference path) instead of
-    /// the 16-bit integer activations the one-token and verify products
-    /// take by default (the command line's `--f32-activations`).
-    pub f32_activations: bool,
-    /// With experts placed apart: no decode prefetch of the predicted
-    /// experts held in host memory (they are then read over the bus by the
-    /// products that use them).
-    pub no_expert_prefetch: bool,
-    /// How many of each layer's predicted experts the prefetch copies, the
-    /// most likely first (`None`: four fifths of the experts per token).
-    pub expert_prefetch_top: Option<usize>,
-    /// For tests: each copy of a predicted expert first waits for its
-    /// layer's router, so that the copies of every expert it did not choose
-    /// stop (outputs must not change).
-    pub expert_prefetch_wait_router: bool,
-}
-
-/// Device memory kept free for the scratch buffers, a verify trail and the
-/// KV cache when the experts are placed to fit.
-pub const FIT_RESERVE: u64 = 3 << 30;
-
-/// The device budget for the routed experts with `free` bytes free: `None`
-/// (all of them) when every weight fits with [`FIT_RESERVE`] to spare, else
-/// what is left after the other weights and the reserve; an error when
-/// nothing is left.
-fn fit_budget(free: u64, experts: u64, other: u64) -> Result<Option<u64>, ModelError> {
-    if experts + other + FIT_RESERVE <= free {
-        return Ok(None);
-    }
-    match free.saturating_sub(other + FIT_RESERVE) {
-        0 => Err(ModelError::Backend(format!(
-            "the GPU has {} MiB free: not enough for the {} MiB of weights other than the routed \
-             experts and {} MiB to run (use --device cpu)",
-            free >> 20,
-            other >> 20,
-            FIT_RESERVE >> 20
-        ))),
-        left => Ok(Some(left)),
-    }
-}
-
-#[cfg(test)]
-mod fit_tests {
-    use super::*;
-
-    #[test]
-    fn fit_budget_places_what_does_not_fit() {
-        const G: u64 = 1 << 30;
-        // Everything fits with the reserve: all experts on the device.
-        assert_eq!(fit_budget(40 * G, 17 * G, 2 * G).expect("fits"), None);
-        // A 24 GiB card: the experts get what the rest and the reserve leave.
-        assert_eq!(
-            fit_budget(24 * G, 45 * G, 3 * G).expect("placed"),
-            Some(24 * G - 3 * G - FIT_RESERVE)
-        );
-        // Exactly at the edge: still all resident.
-        assert_eq!(
-            fit_budget(10 * G + FIT_RESERVE, 8 * G, 2 * G).expect("edge"),
-            None
-        );
-        // Too small for the other weights: an error that says so.
-        let e = fit_budget(4 * G, 45 * G, 3 * G).expect_err("too small");
-        assert!(e.to_string().contains("--device cpu"), "{e}");
     }
 }
 
@@ -393,126 +311,6 @@ struct DLayer {
     /// Where this layer's routed experts lie when placed apart (for the
     /// decode prefetch).
     xp: Option<XpLayer>,
-}
-
-/// A layer's routed experts placed apart, as `xp_fetch` takes them: experts
-/// `vram..` at `host + (e - vram)·rec` in pinned host memory, the gate, up
-/// and down tables, and where up and down lie in a record.
-#[derive(Clone, Copy)]
-struct XpLayer {
-    host: u64,
-    vram: usize,
-    rec: u64,
-    tables: [u64; 3],
-    off_u: u64,
-    off_d: u64,
-}
-
-/// Words of one prefetch list (`XP_WORDS` in `forward.cu`).
-const XP_WORDS: usize = 40 + 4 * 32;
-/// Whether the decode prefetch also copies the chosen experts it did not
-/// predict, after the router (`REDLITE_CUDA_XP_LATE`, default on).
-fn late_copies() -> bool {
-    std::env::var_os("REDLITE_CUDA_XP_LATE").is_none_or(|v| v != "0")
-}
-
-/// Ints before the per-expert marks of `xp_mark` (its `done` word first).
-const XP_MARK_PAD: usize = 4;
-
-/// The decode prefetch's buffers: per parity of the predicted layer, a
-/// staging area of `k` expert records, a prefetch list, the prediction
-/// input, the router's logits, ids, weights and block counter; and the
-/// counters the kernels keep (`PrefetchStats`).
-struct XpBufs {
-    stage: [DevBuf; 2],
-    lists: DevBuf,
-    snap: DevBuf,
-    logits: DevBuf,
-    ids: DevBuf,
-    wts: DevBuf,
-    done: DevBuf,
-    stats: DevBuf,
-    /// Per parity, what the layer's router chose (`xp_mark`: a word `done`,
-    /// then one per expert), for the copies of experts it did not choose to
-    /// stop; `XP_MARK_PAD + n_expert` ints apart.
-    marks: DevBuf,
-    /// Stop those copies (`REDLITE_CUDA_XP_STOP`, default on).
-    stop: bool,
-    n_expert: usize,
-    /// `CudaOptions::expert_prefetch_wait_router`.
-    wait: bool,
-    /// The chosen experts that were not copied ahead, copied after the
-    /// router (`xp_late`; `REDLITE_CUDA_XP_LATE=0` turns it off) into this
-    /// area of k records, instead of read over the bus by the products.
-    late: Option<DevBuf>,
-    /// Blocks per expert of `xp_late` (`REDLITE_CUDA_XP_LATE_BLOCKS`).
-    late_blocks: u32,
-    /// Blocks per expert of `xp_fetch` (`REDLITE_CUDA_XP_BLOCKS`).
-    blocks: u32,
-    /// Predicted experts copied per layer, the most likely first.
-    top: usize,
-    /// The prefetch on the main stream instead of beside it
-    /// (`REDLITE_CUDA_XP_INLINE=1`, for comparison).
-    inline: bool,
-    /// The shared expert before the routed ones (`REDLITE_CUDA_XP_SHARED_FIRST`,
-    /// default on).
-    shared_first: bool,
-}
-
-impl XpBufs {
-    /// The marks of parity `p` (0 where the copies do not stop).
-    fn marks_at(&self, p: usize) -> u64 {
-        if self.stop {
-            self.marks.ptr + (p * (XP_MARK_PAD + self.n_expert) * 4) as u64
-        } else {
-            0
-        }
-    }
-
-    fn new(g: &Gpu, c: &Config, rec: usize, top: Option<usize>) -> Result<XpBufs, CudaError> {
-        let k = c.n_expert_used;
-        // Default: the most likely four fifths (8 of 10; H200, 25% of the
-        // experts in device memory: 95.0 tok/s against 92.7 with all ten).
-        let top = top.unwrap_or((4 * k).div_ceil(5)).min(k);
-        Ok(XpBufs {
-            stage: [g.alloc(k * rec + 64)?, g.alloc(k * rec + 64)?],
-            lists: g.zeros(2 * XP_WORDS * 8)?,
-            snap: g.zeros(2 * c.n_embd * 4)?,
-            logits: g.zeros(2 * c.n_expert * 4)?,
-            ids: g.zeros(2 * k * 4)?,
-            wts: g.zeros(2 * k * 4)?,
-            done: g.zeros(2 * 16)?,
-            stats: g.zeros(8 * 8)?,
-            marks: g.zeros(2 * (XP_MARK_PAD + c.n_expert) * 4)?,
-            stop: std::env::var_os("REDLITE_CUDA_XP_STOP").is_none_or(|v| v != "0"),
-            n_expert: c.n_expert,
-            wait: false,
-            // H200, 25 % of the experts in device memory: 104.4 tok/s against
-            // 92.9-95.9 reading them over the bus in the products.
-            late: if late_copies() {
-                Some(g.alloc(k * rec + 64)?)
-            } else {
-                None
-            },
-            late_blocks: std::env::var("REDLITE_CUDA_XP_LATE_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &u32| (1..=1024).contains(&n))
-                // H200: 2 102.3, 4 104.2, 8 104.4, 16 101.9 tok/s.
-                .unwrap_or(8),
-            blocks: std::env::var("REDLITE_CUDA_XP_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &u32| (1..=1024).contains(&n))
-                // Two blocks per expert (H200: 1 85.9, 2 92.7, 4 91.0, 8 83.8
-                // tok/s): more blocks take the bus from the reads of the
-                // experts that were not predicted.
-                .unwrap_or(2),
-            top,
-            inline: std::env::var_os("REDLITE_CUDA_XP_INLINE").is_some_and(|v| v == "1"),
-            shared_first: std::env::var_os("REDLITE_CUDA_XP_SHARED_FIRST").is_none_or(|v| v != "0"),
-        })
-    }
 }
 
 /// Activation buffers for one pass of up to `Scratch::t` tokens (logits for
@@ -630,7 +428,7 @@ fn mv_args(a: &MvLaunch) -> [Arg; 15] {
 }
 
 /// The arguments of one matrix-vector launch (`DEF_MATVEC` in
-/// `forward.cu`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
+/// `products.cuh`, in its order): `slots` matrices at `w + e·w_zstride` (`e`
 /// from `ids`, or the slot), inputs at `x + (slot / x_div)·x_zstride`,
 /// outputs at `y + slot·y_zstride`; `x2` non-null: the input is
 /// `silu(x) ⊙ x2`.
@@ -715,63 +513,29 @@ pub struct CudaModel {
     xsp_cap: usize,
     tc_split: Func,
     /// Fewest blocks a dense product takes `mmx_T` with
-    /// (`REDLITE_CUDA_TCX_WAVES`, default 2, times the multiprocessors: one
+    /// ([`CudaTuning::tcx_waves`], default 2, times the multiprocessors: one
     /// 128 × 128 block a multiprocessor, so a smaller grid leaves them idle
     /// and `mmt_T`'s 64 × 64 blocks do better).
     tcx_min_blocks: usize,
     weight_bytes: usize,
     k: Kern,
-    use_graph: bool,
-    /// Prefill products through the tiled kernels (`REDLITE_CUDA_TILED=0`:
-    /// the matrix-vector kernels, for comparison).
-    tiled: bool,
-    /// Decode's gate and up products fused with their SwiGLU (`mvgu`;
-    /// `REDLITE_CUDA_FUSE_GU=0`: separate products, for comparison).
-    fuse_gu: bool,
-    /// The router's product and its top-k in one launch (`router_<T>`;
-    /// `REDLITE_CUDA_FUSE_ROUTER=0`: two launches, for comparison).
-    fuse_router: bool,
-    /// An F32 router of up to 2,048 inputs through `router_f32` (the whole
-    /// matrix loaded at once; `REDLITE_CUDA_ROUTER_F32=0`: `router_F32`).
-    router_f32: bool,
-    /// Decode and verify form the router's input in `router_f32n` (the
-    /// residual add and post norm in each block) instead of `add_rmsnorm`
-    /// before it (`REDLITE_CUDA_ROUTER_NORM=0`: the separate launch).
-    router_norm: bool,
-    /// Decode's DeltaNet qkv and gate products as one launch when they lie
-    /// together (`REDLITE_CUDA_JOIN_QKVZ=0`: two launches, for comparison).
-    join_qkvz: bool,
-    /// Attention's q and k norms, RoPE and the KV append as one launch
-    /// (`qk_prep`; `REDLITE_CUDA_FUSE_QK=0`: five launches, for comparison).
-    fuse_qk: bool,
-    /// Decode's independent one-token products two at a time in one launch
-    /// (`REDLITE_CUDA_PAIRS=0`: one launch each, for comparison).
-    pair_mq: bool,
-    /// Decode's DeltaNet conv as the epilogue of the paired qkv + gate
-    /// product (`REDLITE_CUDA_FUSE_CONV=0`: `conv_silu`, for comparison).
-    fuse_conv: bool,
-    /// Decode and verify attention through `attn_dec_<hd>` (each key and
-    /// value row read once for all of a KV head's query heads;
-    /// `REDLITE_CUDA_ATTN_DEC=0`: `attn_split`, for comparison). `None`
-    /// where the head size or grouping does not fit it.
+    /// Decode and verify attention through `attn_deca_<hd>` or
+    /// `attn_dec_<hd>` (each key and value row read once for all of a KV
+    /// head's query heads). `None` where the head size or grouping does not
+    /// fit it (`attn_split` then).
     attn_dec: Option<(Func, u32)>,
     /// Prefill attention (passes that are not verify passes) on the tensor
-    /// cores through `attn_flash_<hd>`, with its dynamic shared memory
-    /// (`REDLITE_CUDA_ATTN_FLASH=0`: `attn_split` + `attn_combine`, for
-    /// comparison). `None` where the head size, grouping or device does not
-    /// fit it.
+    /// cores through `attn_flash_<hd>`, with its dynamic shared memory.
+    /// `None` where the head size, grouping or device does not fit it
+    /// (`attn_split` + `attn_combine` then).
     attn_flash: Option<(Func, u32)>,
-    /// The delta rule's three sums per token in one reduction
-    /// (`REDLITE_CUDA_DELTA_FUSED=0`: the state update, then the output's
-    /// sum, as the CPU reference orders them).
-    delta_fused: bool,
     /// Prefill passes of at least this many tokens (not verify) take the
-    /// chunked delta rule (`delta_chunk_prep` + `delta_chunk_state`);
-    /// `REDLITE_CUDA_DELTA_CHUNKED=0` keeps the token-by-token kernel for
-    /// every pass, `REDLITE_CUDA_DELTA_CHUNK_MIN` sets the length.
+    /// chunked delta rule (`delta_chunk_prep` + `delta_chunk_state`;
+    /// [`CudaTuning::delta_chunk_min`]); `None` where the heads do not fit
+    /// it (the token-by-token kernel for every pass).
     delta_chunk_min: Option<usize>,
     /// Slots per expert on average (of a prefill pass) from which the
-    /// grouped products take 64-slot tiles (`REDLITE_CUDA_WIDE_SLOTS`).
+    /// grouped products take 64-slot tiles ([`CudaTuning::wide_slots`]).
     wide_slots: usize,
     /// Where the routed experts live when placed apart.
     placement: Option<ExpertPlacement>,
@@ -781,8 +545,10 @@ pub struct CudaModel {
     /// Whether any product runs on 16-bit activations.
     q16: bool,
     /// Blocks per multiprocessor the streaming integer kernels' grids are
-    /// sized for (`REDLITE_CUDA_MQ_FILL`, default `MQ_BLOCKS_PER_SM`).
+    /// sized for ([`CudaTuning::mq_fill`], default `MQ_BLOCKS_PER_SM`).
     mq_fill: usize,
+    /// [`CudaTuning::combine_cols`].
+    combine_cols: Option<usize>,
     /// A verify pass's inputs quantized for `mqn` (`q16_quant`): `V_MAX`
     /// tokens of up to `MV_XS` values, as 80-byte units and an f32 scale
     /// per unit.
@@ -793,7 +559,7 @@ pub struct CudaModel {
 }
 
 /// The one-token products decode runs two at a time in one launch
-/// (`mq1p_A__B`, `mqgup_A__B` in `forward.cu`; A the smaller product's type,
+/// (`mq1p_A__B`, `mqgup_A__B` in `q16_products.cuh`; A the smaller product's type,
 /// its blocks first): DeltaNet's ssm_ba beside qkv + gate, attention's k + v
 /// beside q, the shared expert beside the routed experts. Other pairs take
 /// two launches.
@@ -822,20 +588,18 @@ fn pair_names() -> Vec<String> {
 type AttnKernels = (Option<(Func, u32)>, Option<(Func, u32)>);
 
 /// The attention kernels this model's heads take: `attn_deca_<hd>` for decode
-/// and verify (`REDLITE_CUDA_ATTN_DEC=1`: `attn_dec_<hd>`, its loads in
-/// registers), `attn_flash_<hd>` for prefill, each unless turned off
-/// (`REDLITE_CUDA_ATTN_DEC=0`, `REDLITE_CUDA_ATTN_FLASH=0`) or unfit (head
-/// size, query heads per KV head, the device's shared memory).
+/// and verify (`attn_dec_<hd>`, its loads in registers, on a device whose
+/// shared memory per block does not hold `attn_deca_<hd>`'s copy ring),
+/// `attn_flash_<hd>` for prefill, each unless unfit (head size, query heads
+/// per KV head, the device's shared memory).
 fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
-    let on = |name: &str| std::env::var_os(name).is_none_or(|v| v != "0");
     let (hd, nkv) = (c.head_dim, c.n_head_kv);
     let grp = if nkv > 0 && c.n_head.is_multiple_of(nkv) {
         c.n_head / nkv
     } else {
         0
     };
-    let dec_var = std::env::var("REDLITE_CUDA_ATTN_DEC").unwrap_or_default();
-    let dec = if dec_var != "0" && matches!(hd, 64 | 128 | 256) && (1..=AD_G).contains(&grp) {
+    let dec = if matches!(hd, 64 | 128 | 256) && (1..=AD_G).contains(&grp) {
         // The warps' merge area (AD_W·AD_G/2·hd floats), which attn_deca's
         // copy ring (AD_STG steps of 2·AD_KB·hd floats per warp) overlays.
         let warps = AD_THREADS as usize / 32;
@@ -847,7 +611,7 @@ fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
         );
         let fa = gpu.func(&format!("attn_deca_{hd}")).map_err(merr)?;
         let bytes = ring.max(merge) as u32;
-        if dec_var != "1" && gpu.allow_dynamic_smem(fa, bytes).is_ok() {
+        if gpu.allow_dynamic_smem(fa, bytes).is_ok() {
             Some((fa, bytes))
         } else {
             Some(plain)
@@ -855,11 +619,7 @@ fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
     } else {
         None
     };
-    let flash = if on("REDLITE_CUDA_ATTN_FLASH")
-        && matches!(hd, 64 | 256)
-        && grp > 0
-        && AF_BM.is_multiple_of(grp)
-    {
+    let flash = if matches!(hd, 64 | 256) && grp > 0 && AF_BM.is_multiple_of(grp) {
         let f = gpu.func(&format!("attn_flash_{hd}")).map_err(merr)?;
         let smem = attn_flash_smem(hd) as u32;
         // A device with less shared memory per block keeps attn_split.
@@ -870,499 +630,12 @@ fn attn_kernels(gpu: &Gpu, c: &Config) -> Result<AttnKernels, ModelError> {
     Ok((dec, flash))
 }
 
-/// Every kernel name the forward pass launches.
-pub fn kernel_names() -> Vec<String> {
-    let mut k: Vec<String> = [
-        "norm_rows",
-        "gated_rmsnorm",
-        "add_rmsnorm",
-        "swiglu",
-        "conv_silu",
-        "delta_rule",
-        "delta_prep",
-        "delta_chunk_prep",
-        "delta_chunk_state",
-        "rope_neox",
-        "kv_append",
-        "qk_prep",
-        "attn_split",
-        "attn_combine",
-        "attn_dec_64",
-        "attn_dec_128",
-        "attn_dec_256",
-        "attn_deca_64",
-        "attn_deca_128",
-        "attn_deca_256",
-        "attn_combine_w",
-        "attn_flash_64",
-        "attn_flash_256",
-        "moe_topk",
-        "moe_group",
-        "moe_combine_norm",
-        "router_f32",
-        "router_f32n",
-        "mmf_F32",
-        "xp_fetch",
-        "xp_restore",
-        "xp_late",
-        "xp_scale",
-        "fill_normal",
-        "q16_quant",
-        "tc_split",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for s in dequant_src::all_suffixes() {
-        k.push(format!("mv_{s}"));
-        k.push(format!("getrows_{s}"));
-        k.push(format!("mvg_{s}"));
-        k.push(format!("mv1_{s}"));
-        k.push(format!("mvn_{s}"));
-        k.push(format!("mvgu_{s}"));
-        k.push(format!("router_{s}"));
-        k.push(format!("mm_{s}"));
-        k.push(format!("mmg_{s}"));
-    }
-    for s in dequant_src::q16_suffixes() {
-        k.push(format!("mq1_{s}"));
-        k.push(format!("mqgu_{s}"));
-        k.push(format!("mqn_{s}"));
-    }
-    for s in dequant_src::tensor_core_suffixes() {
-        k.push(format!("mmt_{s}"));
-        k.push(format!("mmgt_{s}"));
-        k.push(format!("mmgw_{s}"));
-        k.push(format!("mmx_{s}"));
-        k.push(format!("mmgx_{s}"));
-    }
-    k.extend(pair_names());
-    k
-}
-
-/// The full kernel source: the dequantizers, then the forward kernels.
-pub fn kernel_source() -> String {
-    let mut s = dequant_src::dequant_source();
-    s.push_str(dequant_src::Q16_CUH);
-    let list = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(a, b)| format!(" X({a}, {b})"))
-            .collect::<String>()
-    };
-    s.push_str(&format!(
-        "#define REDLITE_MQ_PAIRS(X){}\n#define REDLITE_MQGU_PAIRS(X){}\n",
-        list(MQ1_PAIRS),
-        list(MQGU_PAIRS)
-    ));
-    s.push_str(include_str!("../kernels/forward.cu"));
-    s
-}
-
 fn suffix(ty: GgmlType, what: &str) -> Result<&'static str, ModelError> {
     dequant_src::type_suffix(ty).ok_or_else(|| {
         ModelError::Backend(format!(
             "{what}: type {ty} has no CUDA kernels yet (run it with --device cpu)"
         ))
     })
-}
-
-struct Uploader<'a> {
-    gpu: &'a Gpu,
-    f: &'a GgufFile,
-    bufs: Vec<DevBuf>,
-    tensors: HashMap<usize, u64>,
-    bytes: usize,
-    /// Experts per layer in device memory when placed apart.
-    place: Option<usize>,
-    hosts: Vec<crate::gpu::HostBuf>,
-    placed: ExpertPlacement,
-    /// Prefill products on the tensor cores where the type has them
-    /// (`REDLITE_CUDA_TC=0`: the CUDA-core tiles, for comparison).
-    tc: bool,
-    /// Prefill products through `mmx_T` / `mmgx_T` on inputs split once per
-    /// product (`REDLITE_CUDA_TCX=0`: `mmt_T` / `mmgw_T`, for comparison).
-    tcx: bool,
-    /// Shortest rows the grouped `mmgx_T` takes (`REDLITE_CUDA_TCX_MIN_IN`,
-    /// default 1,024: the experts' down products, 512 inputs, stay on
-    /// `mmgw_T`, faster there: eight steps a tile leave `mmgx_T`'s one
-    /// block per multiprocessor waiting on its prologue).
-    tcx_min_in: usize,
-    /// One-token and verify products on 16-bit activations where the type
-    /// has the integer kernels (off: f32 activations everywhere).
-    q16: bool,
-}
-
-impl Uploader<'_> {
-    /// A device copy of `data` (see [`Gpu::upload`]) kept with the model's
-    /// weights and counted in their bytes; its address.
-    fn keep<T: Copy>(&mut self, data: &[T]) -> Result<u64, ModelError> {
-        let b = self.gpu.upload(data).map_err(merr)?;
-        let p = b.ptr;
-        self.bytes += b.bytes;
-        self.bufs.push(b);
-        Ok(p)
-    }
-
-    fn vec(&mut self, v: &[f32]) -> Result<u64, ModelError> {
-        self.keep(v)
-    }
-
-    /// Kernel `{kind}_{T}` for a matrix of type `ty`, after checking that its
-    /// rows are a multiple of 8 values (every kernel works 8 at a time).
-    fn kernel(
-        &self,
-        kind: &str,
-        ty: GgmlType,
-        n_in: usize,
-        name: &str,
-    ) -> Result<Func, ModelError> {
-        if !n_in.is_multiple_of(8) {
-            return Err(ModelError::Backend(format!(
-                "{name}: rows of {n_in} values (the CUDA kernels need a multiple of 8)"
-            )));
-        }
-        self.gpu
-            .func(&format!("{kind}_{}", suffix(ty, name)?))
-            .map_err(merr)
-    }
-
-    /// The tensor-core prefill kernel `{kind}_T` of `tokens` tokens (or
-    /// slots) per tile, where `ty` has one, the tensor cores are on and the
-    /// rows are whole 256-input steps; its dynamic shared memory allowed.
-    fn tc_kernel(
-        &self,
-        kind: &str,
-        tokens: usize,
-        ty: GgmlType,
-        n_in: usize,
-        name: &str,
-    ) -> Result<Option<MmKernel>, ModelError> {
-        let Some(smem) =
-            dequant_src::tc_smem_bytes(ty, tokens).filter(|_| self.tc && n_in.is_multiple_of(256))
-        else {
-            return Ok(None);
-        };
-        let f = self.kernel(kind, ty, n_in, name)?;
-        self.gpu.allow_dynamic_smem(f, smem).map_err(merr)?;
-        Ok(Some(MmKernel {
-            f,
-            tokens,
-            threads: 128,
-            smem,
-        }))
-    }
-
-    /// The split-input prefill kernel (`mmx_T`, `grouped`: `mmgx_T`) where
-    /// `ty` has one, the tensor cores and these kernels are on, the rows are
-    /// whole 256-input steps and the device grants its shared memory (a
-    /// device with less keeps `mmt_T` / `mmgw_T`).
-    fn tcx_kernel(
-        &self,
-        ty: GgmlType,
-        n_in: usize,
-        name: &str,
-        grouped: bool,
-    ) -> Result<Option<MmKernel>, ModelError> {
-        let Some(smem) = dequant_src::tcx_smem_bytes(ty, grouped)
-            .filter(|_| self.tc && self.tcx && n_in.is_multiple_of(256))
-            .filter(|_| !grouped || n_in >= self.tcx_min_in)
-        else {
-            return Ok(None);
-        };
-        let f = self.kernel(if grouped { "mmgx" } else { "mmx" }, ty, n_in, name)?;
-        Ok(self.gpu.allow_dynamic_smem(f, smem).ok().map(|_| MmKernel {
-            f,
-            tokens: if grouped { 64 } else { 128 },
-            threads: 256,
-            smem,
-        }))
-    }
-
-    /// The tiled prefill kernel of a matrix (`grouped`: an expert stack) of
-    /// `ty`: on the tensor cores (`mmt_T`, 64 tokens a block / `mmgt_T`, 16
-    /// slots) where [`Uploader::tc_kernel`] has one, else on the CUDA cores
-    /// (`mm_T`, 32 tokens / `mmg_T`, 16 slots).
-    fn mm_kernel(
-        &self,
-        ty: GgmlType,
-        n_in: usize,
-        name: &str,
-        grouped: bool,
-    ) -> Result<MmKernel, ModelError> {
-        let (tc_kind, tc_tokens, kind, tokens) = if grouped {
-            ("mmgt", 16, "mmg", 16)
-        } else {
-            ("mmt", 64, "mm", 32)
-        };
-        if let Some(k) = self.tc_kernel(tc_kind, tc_tokens, ty, n_in, name)? {
-            return Ok(k);
-        }
-        // A dense F32 matrix (the router): `mmf_F32`, 64 rows × 128 tokens
-        // a block, the same sums as `mm_F32` (`REDLITE_CUDA_MMF=0`: mm_F32).
-        if !grouped
-            && ty == GgmlType::F32
-            && n_in.is_multiple_of(16)
-            && std::env::var_os("REDLITE_CUDA_MMF").is_none_or(|v| v != "0")
-        {
-            return Ok(MmKernel {
-                f: self.gpu.func("mmf_F32").map_err(merr)?,
-                tokens: 128,
-                threads: 256,
-                smem: 0,
-            });
-        }
-        Ok(MmKernel {
-            f: self.kernel(kind, ty, n_in, name)?,
-            tokens,
-            threads: 256,
-            smem: 0,
-        })
-    }
-
-    /// The matrix-vector kernels of a matrix (or expert stack) of `ty`.
-    fn mv_kernels(&self, ty: GgmlType, n_in: usize, name: &str) -> Result<MvKernels, ModelError> {
-        let k = |kind| self.kernel(kind, ty, n_in, name);
-        // The integer kernels take whole 256-value activation blocks, at most
-        // q16_max_inputs of them staged.
-        let mq = if self.q16
-            && dequant_src::q16_type(ty)
-            && n_in.is_multiple_of(256)
-            && n_in <= dequant_src::q16_max_inputs(ty)
-        {
-            Some(MqKernels {
-                mq1: k("mq1")?,
-                mqgu: k("mqgu")?,
-                mqn: k("mqn")?,
-            })
-        } else {
-            None
-        };
-        Ok(MvKernels {
-            mv: k("mv")?,
-            mv1: k("mv1")?,
-            mvn: k("mvn")?,
-            mvgu: k("mvgu")?,
-            router: k("router")?,
-            mq,
-        })
-    }
-
-    fn mat(&mut self, m: &Mat, name: &str) -> Result<DMat, ModelError> {
-        Ok(self.mats(&[(m, name)])?.remove(0))
-    }
-
-    /// Matrices uploaded one after another into one allocation (matrix
-    /// `i + 1`'s rows right behind matrix `i`'s), so that matrices of one
-    /// type and row length read by one input can also be taken as one
-    /// taller matrix ([`DMat::joined`]).
-    fn mats(&mut self, ms: &[(&Mat, &str)]) -> Result<Vec<DMat>, ModelError> {
-        let mut parts = Vec::with_capacity(ms.len());
-        for (m, _) in ms {
-            parts.push(redlite_model::weights::qmats(self.f, m)?);
-        }
-        let mut offs = Vec::with_capacity(ms.len());
-        let mut off = 0;
-        for ps in &parts {
-            offs.push((off, ps.first().map(|p| p.row_bytes()).unwrap_or(0)));
-            off += ps.iter().map(|p| p.data.len()).sum::<usize>();
-        }
-        // One stored run (the common case) goes up straight from the file.
-        let single = match parts.as_slice() {
-            [ps] => match ps.as_slice() {
-                [one] => Some(one.data),
-                _ => None,
-            },
-            _ => None,
-        };
-        let base = if let Some(data) = single {
-            self.keep(data)?
-        } else {
-            let mut all = Vec::with_capacity(off);
-            for p in parts.iter().flatten() {
-                all.extend_from_slice(p.data);
-            }
-            self.keep(&all)?
-        };
-        ms.iter()
-            .zip(offs)
-            .map(|((m, name), (off, row_bytes))| self.dmat(m, name, base + off as u64, row_bytes))
-            .collect()
-    }
-
-    fn dmat(&self, m: &Mat, name: &str, ptr: u64, row_bytes: usize) -> Result<DMat, ModelError> {
-        let mut kern = self.mv_kernels(m.ty, m.n_in, name)?;
-        if !q16_aligned(ptr, 0) {
-            kern.mq = None;
-        }
-        let mm = self.mm_kernel(m.ty, m.n_in, name, false)?;
-        let mmx = self.tcx_kernel(m.ty, m.n_in, name, false)?;
-        Ok(DMat {
-            ty: m.ty,
-            kern,
-            mm,
-            mmx,
-            n_in: m.n_in,
-            n_out: m.n_out,
-            row_bytes,
-            ptr,
-        })
-    }
-
-    fn experts(&mut self, x: &Experts, name: &str) -> Result<DExperts, ModelError> {
-        let base = match self.tensors.get(&x.tensor) {
-            Some(&p) => p,
-            None => {
-                let data = self.f.tensor_data(&self.f.tensors[x.tensor]);
-                let p = self.keep(data)?;
-                self.tensors.insert(x.tensor, p);
-                p
-            }
-        };
-        self.expert_stack(x, name, base + x.offset as u64, x.stride as u64, 0)
-    }
-
-    /// The device view of expert stack `x` at `base` (`stride` apart, or
-    /// through a table: [`RL_TABLE`]) with its kernels.
-    fn expert_stack(
-        &self,
-        x: &Experts,
-        name: &str,
-        base: u64,
-        stride: u64,
-        rec_off: u64,
-    ) -> Result<DExperts, ModelError> {
-        let k = |kind| self.kernel(kind, x.ty, x.n_in, name);
-        let mut kern = self.mv_kernels(x.ty, x.n_in, name)?;
-        if !q16_aligned(base, stride) {
-            kern.mq = None;
-        }
-        Ok(DExperts {
-            kern,
-            mvg: k("mvg")?,
-            mmg: self.mm_kernel(x.ty, x.n_in, name, true)?,
-            mmgw: self.tc_kernel("mmgw", 64, x.ty, x.n_in, name)?,
-            mmgx: self.tcx_kernel(x.ty, x.n_in, name, true)?,
-            n_in: x.n_in,
-            n_out: x.n_out,
-            row_bytes: x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize,
-            base,
-            stride,
-            rec_off,
-        })
-    }
-
-    /// A layer's routed experts (gate, up, down) placed apart: each expert's
-    /// three matrices copied into one record, the first `vram` records in
-    /// device memory and the rest in pinned host memory, with one address
-    /// table per matrix.
-    fn placed_experts(
-        &mut self,
-        xs: [&Experts; 3],
-        names: [&str; 3],
-        n_expert: usize,
-        vram: usize,
-    ) -> Result<([DExperts; 3], XpLayer), ModelError> {
-        let vram = vram.min(n_expert);
-        let (offs, sizes, rec) = expert_record(xs);
-        let datas: Vec<&[u8]> = xs
-            .iter()
-            .map(|x| self.f.tensor_data(&self.f.tensors[x.tensor]))
-            .collect();
-        let slice = |i: usize, e: usize| -> Result<&[u8], ModelError> {
-            let a = xs[i].offset + e * xs[i].stride;
-            datas[i].get(a..a + sizes[i]).ok_or_else(|| {
-                ModelError::Backend(format!(
-                    "{}: expert {e} lies past the tensor's {} bytes",
-                    names[i],
-                    datas[i].len()
-                ))
-            })
-        };
-        // Device part: staged on the host, uploaded at once (64 bytes of
-        // padding behind it, as every weight buffer has).
-        let mut stage = vec![0u8; vram * rec];
-        for e in 0..vram {
-            for i in 0..3 {
-                let at = e * rec + offs[i];
-                stage[at..at + sizes[i]].copy_from_slice(slice(i, e)?);
-            }
-        }
-        let dev = self.gpu.upload(&stage).map_err(merr)?;
-        drop(stage);
-        let n_host = n_expert - vram;
-        let mut host = self
-            .gpu
-            .alloc_host_mapped(n_host * rec + 64)
-            .map_err(merr)?;
-        {
-            let hs = host.as_mut_slice();
-            for e in vram..n_expert {
-                for i in 0..3 {
-                    let at = (e - vram) * rec + offs[i];
-                    hs[at..at + sizes[i]].copy_from_slice(slice(i, e)?);
-                }
-            }
-        }
-        let rec_at = |e: usize| -> u64 {
-            if e < vram {
-                dev.ptr + (e * rec) as u64
-            } else {
-                host.dev + ((e - vram) * rec) as u64
-            }
-        };
-        let mut out = Vec::with_capacity(3);
-        let mut tables = [0u64; 3];
-        for (i, x) in xs.iter().enumerate() {
-            let table: Vec<u64> = (0..n_expert).map(|e| rec_at(e) + offs[i] as u64).collect();
-            let tb = self.keep(&table)?;
-            tables[i] = tb;
-            out.push(self.expert_stack(x, names[i], tb, RL_TABLE, offs[i] as u64)?);
-        }
-        let xp = XpLayer {
-            host: host.dev,
-            vram,
-            rec: rec as u64,
-            tables,
-            off_u: offs[1] as u64,
-            off_d: offs[2] as u64,
-        };
-        self.placed.vram = vram;
-        self.placed.vram_bytes += dev.bytes;
-        self.placed.host_bytes += host.bytes;
-        self.bytes += dev.bytes;
-        self.bufs.push(dev);
-        self.hosts.push(host);
-        let mut it = out.into_iter();
-        match (it.next(), it.next(), it.next()) {
-            (Some(g), Some(u), Some(d)) => Ok(([g, u, d], xp)),
-            _ => unreachable!("three matrices were placed"),
-        }
-    }
-}
-
-/// Whether matrices at `base` (`stride` apart; 0: one matrix; [`RL_TABLE`]:
-/// through a table of 16-byte aligned records) start where the integer
-/// kernels' word loads expect them: 16-byte aligned, which every upload and
-/// every whole-row matrix of the types they cover gives.
-fn q16_aligned(base: u64, stride: u64) -> bool {
-    base.is_multiple_of(16) && (stride == RL_TABLE || stride.is_multiple_of(16))
-}
-
-/// One expert's record as `placed_experts` lays it out: where each of its
-/// three matrices starts (16-byte aligned), their bytes, and the record's
-/// bytes (a multiple of 256).
-fn expert_record(xs: [&Experts; 3]) -> ([usize; 3], [usize; 3], usize) {
-    let mut offs = [0usize; 3];
-    let mut sizes = [0usize; 3];
-    let mut rec = 0usize;
-    for (i, x) in xs.iter().enumerate() {
-        let rb = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
-        offs[i] = rec;
-        sizes[i] = rb * x.n_out;
-        rec = (rec + sizes[i]).next_multiple_of(16);
-    }
-    (offs, sizes, rec.next_multiple_of(256))
 }
 
 impl CudaModel {
@@ -1407,7 +680,8 @@ impl CudaModel {
                 c.ssm_d_k, c.head_dim, c.n_head, c.n_head_kv, c.conv_kernel, c.n_expert_used
             )));
         }
-        let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names()).map_err(merr)?;
+        opts.tuning.check(c.head_dim).map_err(ModelError::Backend)?;
+        let gpu = Gpu::open(ordinal, &kernel_source(), &kernel_names(), &opts.gpu).map_err(merr)?;
         let w = model.weights();
         let f = model.gguf();
         // Without a budget, fit the free memory when asked: every expert when
@@ -1415,8 +689,9 @@ impl CudaModel {
         let mut opts = opts;
         if opts.expert_vram_bytes.is_none() && opts.fit {
             let (free, _) = gpu.mem_info().map_err(merr)?;
+            let free = opts.free_bytes.unwrap_or(free as u64);
             let (experts, other) = redlite_model::expert_split(f);
-            opts.expert_vram_bytes = fit_budget(free as u64, experts, other)?;
+            opts.expert_vram_bytes = fit_budget(free, experts, other)?;
         }
         // The largest layer's expert record (types may differ by layer): the
         // size of the prefetch's staging slots.
@@ -1436,7 +711,7 @@ impl CudaModel {
                 let stage = if opts.no_expert_prefetch {
                     0
                 } else {
-                    (2 + late_copies() as u64) * c.n_expert_used as u64 * rec_max
+                    3 * c.n_expert_used as u64 * rec_max
                 };
                 let per_layer = budget.saturating_sub(stage) / (w.layers.len().max(1) as u64);
                 let n = (per_layer / rec) as usize;
@@ -1453,12 +728,7 @@ impl CudaModel {
             place,
             hosts: Vec::new(),
             placed: ExpertPlacement::default(),
-            tc: std::env::var_os("REDLITE_CUDA_TC").is_none_or(|v| v != "0"),
-            tcx: std::env::var_os("REDLITE_CUDA_TCX").is_none_or(|v| v != "0"),
-            tcx_min_in: std::env::var("REDLITE_CUDA_TCX_MIN_IN")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1024),
+            tcx_min_in: opts.tuning.tcx_min_in,
             q16: !opts.f32_activations,
         };
         let n = w.layers.len();
@@ -1546,13 +816,9 @@ impl CudaModel {
         let weight_bytes = up.bytes;
         let placement = up.place.map(|_| up.placed);
         let q16 = up.q16;
-        let layers_tcx = up.tc && up.tcx;
         let hosts = up.hosts;
         let bufs = up.bufs;
-        let chunk = match std::env::var("REDLITE_CUDA_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
+        let chunk = match opts.tuning.pass_tokens {
             Some(n) => usize::max(n, V_MAX),
             None if gpu.total_mem >= BIG_DEVICE => T_BIG,
             None => T_MAX,
@@ -1572,20 +838,9 @@ impl CudaModel {
             .into_iter()
             .max()
             .unwrap_or(0);
-        let xsp = gpu
-            .alloc(if layers_tcx {
-                xsp_cap * 4 + xsp_cap / 8 + 256
-            } else {
-                4
-            })
-            .map_err(merr)?;
-        let xsp_cap = if layers_tcx { xsp_cap } else { 0 };
+        let xsp = gpu.alloc(xsp_cap * 4 + xsp_cap / 8 + 256).map_err(merr)?;
         let gpu_tc_split = gpu.func("tc_split").map_err(merr)?;
-        let tcx_min_blocks = gpu.sm_count
-            * std::env::var("REDLITE_CUDA_TCX_WAVES")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2);
+        let tcx_min_blocks = gpu.sm_count * opts.tuning.tcx_waves;
         let q16_units = gpu.alloc(V_MAX * (MV_XS / 32) * 80).map_err(merr)?;
         let q16_scales = gpu.alloc(V_MAX * (MV_XS / 32) * 4).map_err(merr)?;
         let fk = |n: &str| gpu.func(n).map_err(merr);
@@ -1625,14 +880,7 @@ impl CudaModel {
             xp_late: fk("xp_late")?,
             xp_scale: fk("xp_scale")?,
         };
-        let use_graph = std::env::var_os("REDLITE_CUDA_GRAPH").is_none_or(|v| v != "0");
-        let tiled = std::env::var_os("REDLITE_CUDA_TILED").is_none_or(|v| v != "0");
-        let fuse_gu = std::env::var_os("REDLITE_CUDA_FUSE_GU").is_none_or(|v| v != "0");
-        let fuse_router = std::env::var_os("REDLITE_CUDA_FUSE_ROUTER").is_none_or(|v| v != "0");
-        let router_f32 = std::env::var_os("REDLITE_CUDA_ROUTER_F32").is_none_or(|v| v != "0");
-        let router_norm = std::env::var_os("REDLITE_CUDA_ROUTER_NORM").is_none_or(|v| v != "0");
-        let join_qkvz = std::env::var_os("REDLITE_CUDA_JOIN_QKVZ").is_none_or(|v| v != "0");
-        let delta_chunk_min = delta_chunk_min(&c);
+        let delta_chunk_min = delta_chunk_min(&c, opts.tuning.delta_chunk_min);
         if delta_chunk_min.is_some() {
             gpu.allow_dynamic_smem(k.delta_chunk_prep, DC_PREP_SMEM)
                 .map_err(merr)?;
@@ -1657,32 +905,15 @@ impl CudaModel {
             tcx_min_blocks,
             weight_bytes,
             k,
-            use_graph,
-            tiled,
-            fuse_gu,
-            fuse_router,
-            router_f32,
-            router_norm,
-            join_qkvz,
-            fuse_qk: std::env::var_os("REDLITE_CUDA_FUSE_QK").is_none_or(|v| v != "0"),
-            pair_mq: std::env::var_os("REDLITE_CUDA_PAIRS").is_none_or(|v| v != "0"),
-            fuse_conv: std::env::var_os("REDLITE_CUDA_FUSE_CONV").is_none_or(|v| v != "0"),
             attn_dec,
             attn_flash,
-            delta_fused: std::env::var_os("REDLITE_CUDA_DELTA_FUSED").is_none_or(|v| v != "0"),
             delta_chunk_min,
-            wide_slots: std::env::var("REDLITE_CUDA_WIDE_SLOTS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(24),
+            wide_slots: opts.tuning.wide_slots,
             placement,
             xp: None,
             q16,
-            mq_fill: std::env::var("REDLITE_CUDA_MQ_FILL")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &usize| n > 0)
-                .unwrap_or(MQ_BLOCKS_PER_SM),
+            mq_fill: opts.tuning.mq_fill,
+            combine_cols: opts.tuning.combine_cols,
             q16_units,
             q16_scales,
             _bufs: bufs,
@@ -1702,6 +933,7 @@ impl CudaModel {
                 &model.c,
                 rec_max as usize,
                 opts.expert_prefetch_top,
+                &opts.tuning,
             );
             let mut xp = xp.map_err(merr)?;
             xp.wait = opts.expert_prefetch_wait_router;
@@ -1747,7 +979,7 @@ impl CudaModel {
     /// `y = M·x` over `t` tokens; `exact`: each token computed exactly as a
     /// one-token pass computes it (a verify pass), else the fastest way.
     fn mv(&self, m: &DMat, x: u64, y: u64, t: usize, exact: bool) -> Result<(), CudaError> {
-        if t > 1 && !exact && self.tiled && m.n_in.is_multiple_of(32) {
+        if t > 1 && !exact && m.n_in.is_multiple_of(32) {
             let blocks = m.n_out.div_ceil(128) * t.div_ceil(128);
             if let Some(k) = m
                 .mmx
@@ -1873,7 +1105,7 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Option<MqJob> {
-        if !self.fuse_gu || g.n_in > MV_XS {
+        if g.n_in > MV_XS {
             return None;
         }
         let mq = g.kern.mq?;
@@ -1910,7 +1142,7 @@ impl CudaModel {
     /// launch of their paired kernel when it exists (the device's blocks
     /// shared by weight bytes, the smaller job's first), else one each, `a`
     /// first. `conv` (`mq1` pairs): DeltaNet's conv as the epilogue of `b`
-    /// (`MqConv` in `forward.cu`: weights, state table, slot, output,
+    /// (`MqConv` in `q16_products.cuh`: weights, state table, slot, output,
     /// channels, kernel length), applied only where `b` runs second in the
     /// paired kernel; the answer says whether it was.
     fn launch_two(&self, a: MqJob, b: MqJob, conv: Option<[Arg; 6]>) -> Result<bool, CudaError> {
@@ -1934,7 +1166,7 @@ impl CudaModel {
             }
             _ => None,
         };
-        let Some((f, first, second)) = paired.filter(|_| self.pair_mq) else {
+        let Some((f, first, second)) = paired else {
             self.launch_job(&a)?;
             self.launch_job(&b)?;
             return Ok(false);
@@ -2124,7 +1356,7 @@ impl CudaModel {
     }
 
     /// `y_z = silu(G_z·x_z) ⊙ (U_z·x_z)` for `slots` one-token slots with
-    /// `mvgu` (see `forward.cu`), when gate and up are alike (type, shape,
+    /// `mvgu` (see `products.cuh`), when gate and up are alike (type, shape,
     /// stride) and the input fits the one-token kernels; `Ok(false)` when
     /// they do not (the caller runs the separate products).
     #[allow(clippy::too_many_arguments)]
@@ -2138,7 +1370,7 @@ impl CudaModel {
         x_div: usize,
         y: u64,
     ) -> Result<bool, CudaError> {
-        if !self.fuse_gu || g.n_in > MV_XS {
+        if g.n_in > MV_XS {
             return Ok(false);
         }
         let (f, blocks) = match g.kern.mq {
@@ -2223,7 +1455,7 @@ impl CudaModel {
         let wide = m.mmgw.filter(|_| many);
         let (f, rows, threads, smem) = if let Some(w) = wide {
             (w.f, 64, w.threads, w.smem)
-        } else if self.tiled && m.n_in.is_multiple_of(32) {
+        } else if m.n_in.is_multiple_of(32) {
             (m.mmg.f, 64, m.mmg.threads, m.mmg.smem)
         } else {
             (m.mvg, 4, 128, 0)
@@ -2254,90 +1486,16 @@ impl CudaModel {
 
     /// The router and its top-k as one launch (`router_f32`: the matrix
     /// read at once, a row per warp; else `router_<T>`), with the rows each
-    /// block takes; `None` where neither takes `r` (or `REDLITE_CUDA_FUSE_ROUTER=0`).
+    /// block takes; `None` where neither takes `r`.
     fn fused_router(&self, r: &DMat) -> Option<(Func, usize)> {
-        let direct = self.router_f32
-            && r.ty == GgmlType::F32
-            && r.n_in.is_multiple_of(256)
-            && r.n_in <= 2048;
-        if !self.fuse_router {
-            None
-        } else if direct {
+        let direct = r.ty == GgmlType::F32 && r.n_in.is_multiple_of(256) && r.n_in <= 2048;
+        if direct {
             Some((self.k.router_f32, 4))
         } else if r.n_in <= MV_XS {
             Some((r.kern.router, 4 * MV1_R))
         } else {
             None
         }
-    }
-
-    /// Layer `m`'s expert prefetch on side stream `m % 2`, after the work
-    /// queued on the main stream so far: its router on the prediction input
-    /// (`xp.snap`), then `xp_fetch`. The caller joins the side stream before
-    /// the layer's routed experts.
-    fn prefetch(&self, xp: &XpBufs, m: usize) -> Result<(), CudaError> {
-        let l = &self.layers[m];
-        let (Some(x), Some((f, rows))) = (l.xp, self.fused_router(&l.router)) else {
-            return Ok(());
-        };
-        let (ne, kk, d) = (self.c.n_expert, self.c.n_expert_used, self.c.n_embd);
-        let p = m % 2;
-        let g = &self.gpu;
-        let r = &l.router;
-        let ids = xp.ids.ptr + (p * kk * 4) as u64;
-        let launch = |f: Func, grid: (u32, u32, u32), block: u32, args: &[Arg]| {
-            if xp.inline {
-                g.launch_f(f, grid, block, 0, args)
-            } else {
-                g.launch_side(p, f, grid, block, 0, args)
-            }
-        };
-        if !xp.inline {
-            g.fork_side(p)?;
-        }
-        launch(
-            f,
-            (r.n_out.div_ceil(rows) as u32, 1, 1),
-            128,
-            &[
-                Arg::U(r.ptr),
-                Arg::U(r.row_bytes as u64),
-                Arg::I(r.n_in as i32),
-                Arg::I(ne as i32),
-                Arg::U(xp.snap.ptr + (p * d * 4) as u64),
-                Arg::U(xp.logits.ptr + (p * ne * 4) as u64),
-                Arg::I(kk as i32),
-                Arg::U(ids),
-                Arg::U(xp.wts.ptr + (p * kk * 4) as u64),
-                Arg::U(xp.done.ptr + (p * 16) as u64),
-                Arg::U(0),
-                Arg::I(0),
-            ],
-        )?;
-        launch(
-            self.k.xp_fetch,
-            (xp.blocks, kk as u32, 1),
-            256,
-            &[
-                Arg::U(ids),
-                Arg::I(kk as i32),
-                Arg::I(xp.top as i32),
-                Arg::I(x.vram as i32),
-                Arg::U(x.host),
-                Arg::U(x.rec),
-                Arg::U(xp.stage[p].ptr),
-                Arg::U(xp.lists.ptr + (p * XP_WORDS * 8) as u64),
-                Arg::U(x.tables[0]),
-                Arg::U(x.tables[1]),
-                Arg::U(x.tables[2]),
-                Arg::U(x.off_u),
-                Arg::U(x.off_d),
-                Arg::U(xp.stats.ptr),
-                Arg::U(xp.marks_at(p)),
-                Arg::I(m as i32 + 1),
-                Arg::I(xp.wait as i32),
-            ],
-        )
     }
 
     /// RMS (mode 0) or L2 (mode 1) norm over `rows` rows (see `norm_rows`).
@@ -2492,7 +1650,7 @@ impl CudaModel {
         }
         // Decode with every expert in device memory: independent one-token
         // products two at a time (`launch_two`).
-        let pair = self.pair_mq && t == 1 && !exact && xp.is_none() && self.placement.is_none();
+        let pair = t == 1 && !exact && xp.is_none() && self.placement.is_none();
         let one =
             |m: &DMat, x: u64, y: u64| MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, 1);
         for (il, l) in self.layers.iter().enumerate() {
@@ -2532,7 +1690,7 @@ impl CudaModel {
                         Arg::I(cd as i32),
                         Arg::I(c.conv_kernel as i32),
                     ];
-                    let z = match qkv.joined(gate).filter(|_| t == 1 && self.join_qkvz) {
+                    let z = match qkv.joined(gate).filter(|_| t == 1) {
                         Some(both) => {
                             let jobs = if pair {
                                 self.mq1_job(both.kern, &one(&both, s.h.ptr, s.qkv.ptr))
@@ -2543,8 +1701,7 @@ impl CudaModel {
                             match jobs {
                                 Some((j1, j2)) => {
                                     // ba first, qkv + gate with the conv after it.
-                                    let conv = (self.fuse_conv && c.conv_kernel <= CONV_KMAX)
-                                        .then_some(conv_args);
+                                    let conv = (c.conv_kernel <= CONV_KMAX).then_some(conv_args);
                                     conv_done = self.launch_two(j2, j1, conv)?;
                                     ba_done = true;
                                 }
@@ -2686,7 +1843,6 @@ impl CudaModel {
                                 Arg::U(tssm),
                                 Arg::U((hv * dv * dk) as u64),
                                 Arg::U(pre),
-                                Arg::I(self.delta_fused as i32),
                             ],
                         )?;
                     }
@@ -2741,7 +1897,7 @@ impl CudaModel {
                             self.mv_pair(wk, v, s.h.ptr, s.k.ptr, s.v.ptr, t, exact)?;
                         }
                     }
-                    if self.fuse_qk && hd <= QK_HD_MAX {
+                    if hd <= QK_HD_MAX {
                         // Norms, RoPE and the append in one launch (the same
                         // arithmetic as the five launches below).
                         g.launch_f(
@@ -2842,9 +1998,8 @@ impl CudaModel {
             // Decode and verify (every one of their paths, so they stay
             // equal bit for bit): the residual add and post norm inside the
             // F32 router's blocks.
-            let norm_in_router = self.router_norm
-                && r.n_in == d
-                && fused_router.is_some_and(|(f, _)| f.name == "router_f32");
+            let norm_in_router =
+                r.n_in == d && fused_router.is_some_and(|(f, _)| f.name == "router_f32");
             if !norm_in_router {
                 g.launch_f(
                     k.add_rmsnorm,
@@ -2950,13 +2105,9 @@ impl CudaModel {
                 Ok(())
             };
             if let Some(xp) = xp {
-                if xp.shared_first {
-                    shared()?;
-                }
-                if !xp.inline {
-                    g.join_side(il % 2)?;
-                }
-                if let (Some(late), Some(x)) = (&xp.late, l.xp) {
+                shared()?;
+                g.join_side(il % 2)?;
+                if let Some(x) = l.xp {
                     g.launch_f(
                         k.xp_late,
                         (xp.late_blocks, kk as u32, 1),
@@ -2968,7 +2119,7 @@ impl CudaModel {
                             Arg::I(x.vram as i32),
                             Arg::U(x.host),
                             Arg::U(x.rec),
-                            Arg::U(late.ptr),
+                            Arg::U(xp.late.ptr),
                             Arg::U(xp.lists.ptr + ((il % 2) * XP_WORDS * 8) as u64),
                             Arg::U(x.tables[0]),
                             Arg::U(x.tables[1]),
@@ -3073,7 +2224,7 @@ impl CudaModel {
                 self.elementwise(k.swiglu, s.eg.ptr, s.eu.ptr, slots * l.gate.n_out)?;
                 self.mv_grouped(&l.down, s, s.eg.ptr, 1, s.ed.ptr, slots, false)?;
             }
-            if !paired && xp.is_none_or(|x| !x.shared_first) {
+            if !paired && xp.is_none() {
                 shared()?;
             }
             // x += the experts' and the shared expert's outputs, then the
@@ -3267,13 +2418,10 @@ impl CudaModel {
         )
     }
 
-    /// Columns per block of `attn_combine_w` (`REDLITE_CUDA_COMBINE_COLS`, a
-    /// divisor of `hd` from 32 up; default 64).
+    /// Columns per block of `attn_combine_w` ([`CudaTuning::combine_cols`],
+    /// checked to divide `hd` at load; default 64).
     fn combine_cols(&self, hd: usize) -> usize {
-        std::env::var("REDLITE_CUDA_COMBINE_COLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n >= 32 && n <= hd && hd.is_multiple_of(n))
+        self.combine_cols
             .unwrap_or(if hd.is_multiple_of(64) { 64 } else { hd })
     }
 
@@ -3703,7 +2851,7 @@ impl DeviceForward for CudaModel {
                     0
                 };
                 self.prepare(&mut s, st, ch)?;
-                if t == 1 && rows == 1 && self.use_graph && !g.profiling() {
+                if t == 1 && rows == 1 && !g.profiling() {
                     self.decode_step(&mut s)?;
                 } else {
                     let ns = if t == 1 {

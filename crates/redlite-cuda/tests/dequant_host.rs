@@ -251,7 +251,11 @@ fn dq8_matches_scalar_dequant_on_host() {
 /// Whether cudarc can load NVRTC (from the loader's path, `REDLITE_NVRTC_DIR`
 /// or the toolkit's usual places).
 fn nvrtc_present() -> bool {
-    redlite_cuda::gpu::nvrtc_present()
+    let dirs: Vec<std::path::PathBuf> = std::env::var_os("REDLITE_NVRTC_DIR")
+        .map(Into::into)
+        .into_iter()
+        .collect();
+    redlite_cuda::gpu::find_nvrtc(&dirs)
 }
 
 #[test]

@@ -42,23 +42,59 @@ fn gpu_ready() -> bool {
     false
 }
 
+/// Where the tests find NVRTC and keep the compiled kernels: the kernel
+/// cache of `REDLITE_CUDA_CACHE` (the GPU check script sets one, so that the
+/// many loads here compile the kernels once) and NVRTC in `REDLITE_NVRTC_DIR`.
+fn gpu_opts() -> redlite_cuda::gpu::GpuOptions {
+    redlite_cuda::gpu::GpuOptions {
+        kernel_cache: std::env::var_os("REDLITE_CUDA_CACHE").map(Into::into),
+        nvrtc_dirs: std::env::var_os("REDLITE_NVRTC_DIR")
+            .map(Into::into)
+            .into_iter()
+            .collect(),
+        profile: false,
+    }
+}
+
+/// [`gpu_opts`] and every other option at its default.
+fn cuda_opts() -> redlite_cuda::CudaOptions {
+    redlite_cuda::CudaOptions {
+        gpu: gpu_opts(),
+        ..Default::default()
+    }
+}
+
+fn open_gpu() -> redlite_cuda::gpu::Gpu {
+    redlite_cuda::gpu::Gpu::open(
+        0,
+        &redlite_cuda::kernel_source(),
+        &redlite_cuda::kernel_names(),
+        &gpu_opts(),
+    )
+    .expect("gpu")
+}
+
 fn load_gpu(name: &str) -> Model {
+    load_gpu_with(name, cuda_opts())
+}
+
+fn load_gpu_with(name: &str, opts: redlite_cuda::CudaOptions) -> Model {
     let mut m = load(name);
-    redlite_cuda::attach(&mut m, 0, &mut |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    redlite_cuda::attach_with(&mut m, 0, opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     m
 }
 
 /// A fixture on the GPU with f32 activations in every product (the
 /// reference path) instead of the default 16-bit one-token products.
 fn load_gpu_f32(name: &str) -> Model {
-    let mut m = load(name);
-    let opts = redlite_cuda::CudaOptions {
-        f32_activations: true,
-        ..Default::default()
-    };
-    redlite_cuda::attach_with(&mut m, 0, opts, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    m
+    load_gpu_with(
+        name,
+        redlite_cuda::CudaOptions {
+            f32_activations: true,
+            ..cuda_opts()
+        },
+    )
 }
 
 /// `mv_<T>`, `mm_<T>`, `mvn_<T>`, `mv1_<T>`, `mvgu_<T>` and the grouped
@@ -66,16 +102,11 @@ fn load_gpu_f32(name: &str) -> Model {
 /// with 1 and 5 tokens and 2 expert slots chosen by id.
 #[test]
 fn matvec_every_type_matches_the_cpu() {
-    use redlite_cuda::gpu::{Arg, Gpu};
+    use redlite_cuda::gpu::Arg;
     if !gpu_ready() {
         return;
     }
-    let gpu = Gpu::open(
-        0,
-        &redlite_cuda::kernel_source(),
-        &redlite_cuda::kernel_names(),
-    )
-    .expect("gpu");
+    let gpu = open_gpu();
     let (n_in, n_out) = (512usize, 96usize);
     let mut checked = 0;
     for ty in GgmlType::ALL {
@@ -482,16 +513,11 @@ fn matvec_every_type_matches_the_cpu() {
 /// side, one staged item of several rows, rows staged in pieces).
 #[test]
 fn q16_products_match_the_quantized_reference() {
-    use redlite_cuda::gpu::{Arg, Gpu};
+    use redlite_cuda::gpu::Arg;
     if !gpu_ready() {
         return;
     }
-    let gpu = Gpu::open(
-        0,
-        &redlite_cuda::kernel_source(),
-        &redlite_cuda::kernel_names(),
-    )
-    .expect("gpu");
+    let gpu = open_gpu();
     let mut checked = 0;
     for &sfx in redlite_cuda::dequant_src::q16_suffixes() {
         let ty = GgmlType::ALL
@@ -1053,16 +1079,10 @@ fn tensor_core_products_match(
 /// around) and 300 rows (partial row tiles of 128 and 256).
 #[test]
 fn tensor_core_products_match_on_long_rows() {
-    use redlite_cuda::gpu::Gpu;
     if !gpu_ready() {
         return;
     }
-    let gpu = Gpu::open(
-        0,
-        &redlite_cuda::kernel_source(),
-        &redlite_cuda::kernel_names(),
-    )
-    .expect("gpu");
+    let gpu = open_gpu();
     let (n_in, n_out) = (2048usize, 300usize);
     for ty in [
         GgmlType::IQ1_M,
@@ -1231,6 +1251,66 @@ fn prefill_matches_decode() {
     }
 }
 
+/// Every tuning number away from its default (short passes, the chunked
+/// delta rule from two tokens, the wide expert tiles and the split-input
+/// products for every product, one integer block per multiprocessor, the
+/// narrowest attention combine) computes the same function: prefill and
+/// decode on the f32 reference path within the prefill-vs-decode limit of
+/// the default model's, and a bad number is refused with its name.
+#[test]
+fn tuning_numbers_keep_the_outputs() {
+    if !gpu_ready() {
+        return;
+    }
+    let name = "tiny-s-CF2mix.gguf";
+    let base = load_gpu_f32(name);
+    let hd = base.config().head_dim;
+    let tuning = redlite_cuda::CudaTuning {
+        pass_tokens: Some(1),
+        delta_chunk_min: 2,
+        tcx_min_in: 256,
+        tcx_waves: 0,
+        wide_slots: 1,
+        mq_fill: 1,
+        combine_cols: (hd >= 32).then_some(32).filter(|c| hd.is_multiple_of(*c)),
+        xp_blocks: 1,
+        xp_late_blocks: 1,
+    };
+    let tuned = load_gpu_with(
+        name,
+        redlite_cuda::CudaOptions {
+            f32_activations: true,
+            tuning: tuning.clone(),
+            ..cuda_opts()
+        },
+    );
+    let p = prompts();
+    for prompt in PROMPTS {
+        let tokens = prompt_ids(&p, prompt);
+        for batch in [tokens.len(), 1] {
+            let a = logits(&base, &tokens, batch);
+            let b = logits(&tuned, &tokens, batch);
+            let d = max_abs(&a, &b);
+            println!("gpu tuned vs default ({prompt}, batches of {batch}): max |Δ| {d:.2e}");
+            assert!(
+                d <= 1e-2,
+                "{prompt}, batches of {batch}: tuned vs default {d}"
+            );
+        }
+    }
+    let mut m = load(name);
+    let bad = redlite_cuda::CudaOptions {
+        tuning: redlite_cuda::CudaTuning {
+            xp_blocks: 0,
+            ..tuning
+        },
+        ..cuda_opts()
+    };
+    let e = redlite_cuda::attach_with(&mut m, 0, bad, &mut |_, _| {})
+        .expect_err("xp_blocks = 0 is refused");
+    assert!(e.to_string().contains("xp_blocks"), "{e}");
+}
+
 #[test]
 fn gpu_matches_the_cpu_reference_path() {
     if !gpu_ready() {
@@ -1390,8 +1470,6 @@ fn experts_placed_apart_equal_resident() {
             continue;
         }
         let resident = load_gpu(name);
-        // The late copies (on unless REDLITE_CUDA_XP_LATE=0).
-        let late = std::env::var_os("REDLITE_CUDA_XP_LATE").is_none_or(|v| v != "0");
         for (no_prefetch, top, wait) in [
             (false, None, false),
             (false, None, true),
@@ -1424,7 +1502,7 @@ fn experts_placed_apart_equal_resident() {
             let stage = if no_prefetch {
                 0
             } else {
-                (2 + late as u64) * c.n_expert_used as u64 * rec_max
+                3 * c.n_expert_used as u64 * rec_max
             };
             let budget = 2 * rec * c.n_layer as u64 + stage;
             let opts = redlite_cuda::CudaOptions {
@@ -1432,7 +1510,7 @@ fn experts_placed_apart_equal_resident() {
                 no_expert_prefetch: no_prefetch,
                 expert_prefetch_top: top,
                 expert_prefetch_wait_router: wait,
-                ..Default::default()
+                ..cuda_opts()
             };
             let p = redlite_cuda::attach_with(&mut placed, 0, opts, &mut |_, _| {})
                 .unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -1520,13 +1598,9 @@ fn experts_placed_apart_equal_resident() {
                     st.stopped_bytes <= st.copied * st.expert_bytes,
                     "{name}: {st:?}"
                 );
-                // With the late copies, every chosen expert in host memory
-                // that was not copied ahead is copied after the router.
-                assert_eq!(
-                    st.late,
-                    if late { st.read_on_use() } else { 0 },
-                    "{name}: {st:?}"
-                );
+                // Every chosen expert in host memory that was not copied
+                // ahead is copied after the router.
+                assert_eq!(st.late, st.read_on_use(), "{name}: {st:?}");
                 if wait {
                     // Every copy waited for the router: those of the
                     // predicted experts it did not choose stopped at once.

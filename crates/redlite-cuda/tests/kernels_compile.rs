@@ -8,7 +8,11 @@
 
 #[test]
 fn kernels_compile_for_every_target() {
-    if !redlite_cuda::gpu::nvrtc_present() {
+    let dirs: Vec<std::path::PathBuf> = std::env::var_os("REDLITE_NVRTC_DIR")
+        .map(Into::into)
+        .into_iter()
+        .collect();
+    if !redlite_cuda::gpu::find_nvrtc(&dirs) {
         assert!(
             std::env::var_os("REDLITE_REQUIRE_NVRTC").is_none(),
             "REDLITE_REQUIRE_NVRTC is set but NVRTC could not be loaded (REDLITE_NVRTC_DIR={:?})",
@@ -26,7 +30,7 @@ fn kernels_compile_for_every_target() {
             .map(String::from)
             .to_vec(),
     };
-    let store = std::env::var_os("REDLITE_CUDA_CACHE").is_some();
+    let store = std::env::var_os("REDLITE_CUDA_CACHE").map(std::path::PathBuf::from);
     for arch in archs.iter().map(String::as_str) {
         let t0 = std::time::Instant::now();
         let img = redlite_cuda::gpu::compile(&src, &redlite_cuda::gpu::nvrtc_options(arch))
@@ -37,10 +41,10 @@ fn kernels_compile_for_every_target() {
         for k in redlite_cuda::kernel_names() {
             assert!(text.contains(k.as_str()), "{arch}: kernel {k} missing");
         }
-        if store {
-            if let Ok(Some(p)) = redlite_cuda::gpu::cache_path(&src, arch) {
-                redlite_cuda::gpu::store_cached(&p, &img);
-            }
+        if let Some(dir) = &store {
+            let p = redlite_cuda::gpu::cache_path(dir, &src, arch)
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+            redlite_cuda::gpu::store_cached(&p, &img);
         }
         eprintln!(
             "{arch}: {} KiB cubin in {:.1} s",
