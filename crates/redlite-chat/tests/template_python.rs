@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use redlite_tokenizer::template::{ChatTemplate, TemplateError, CHATML_TEMPLATE};
+use redlite_chat::template::{ChatTemplate, TemplateError, CHATML_TEMPLATE};
 use serde_json::{json, Map, Value};
 
 /// One rendering by Python Jinja2: the text, or the error message and
