@@ -87,12 +87,18 @@
 //!
 //! A template is untrusted input, so rendering is bounded: at most
 //! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
-//! minijinja's recursion limit, and a nesting limit when printing values;
-//! each ends rendering with [`TemplateError::Limit`], and so does a string
-//! built with `~` or `%` formatting longer than [`MAX_RENDER_OUTPUT`]. Not
-//! bounded: a string doubled by `+` in a loop grows in memory without
-//! passing through any of these checks (minijinja repeats strings with `*`
-//! only up to 100 MB).
+//! minijinja's recursion limit, and a nesting limit when printing values.
+//! Every operation that can build a large value checks the size of its
+//! result against the budget **before** it allocates (the `budget` module):
+//! no string longer than [`MAX_RENDER_OUTPUT`] bytes and no sequence of
+//! more than [`MAX_SEQ_ITEMS`] items is ever built, so a hostile template
+//! cannot abort the process by exhausting memory (`+` and `*` are rewritten
+//! into size-checked calls, like the other operators). Each limit ends
+//! rendering with [`TemplateError::Limit`], whose message names the
+//! template line. Not covered: a tag the operator rewrite does not
+//! understand keeps minijinja's own `+` (unchecked for strings; `*` repeats
+//! strings up to 100 MB there), and many values each within the budget can
+//! still be kept alive at once.
 //!
 //! Messages are normalised before rendering (see [`normalize_messages`]):
 //! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
@@ -102,10 +108,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod budget;
 mod ops;
 pub(crate) mod py;
 mod source;
 pub use crate::messages::normalize_messages;
+pub use budget::MAX_SEQ_ITEMS;
 pub use py::parse_json as parse_json_exact;
 pub use py::{py_float_repr, py_repr, py_str};
 
@@ -555,7 +563,10 @@ fn classify_error(e: &Error) -> TemplateError {
                     return TemplateError::Raised(msg.to_string());
                 }
                 if let Some(msg) = detail.strip_prefix(LIMIT_MARKER) {
-                    return TemplateError::Limit(msg.to_string());
+                    return TemplateError::Limit(match e.line().or(me.line()) {
+                        Some(line) => format!("{msg} (chat template line {line})"),
+                        None => msg.to_string(),
+                    });
                 }
             }
         }
@@ -609,6 +620,9 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("truncate", py::filter_truncate);
     env.add_filter("format", ops::filter_format);
     env.add_filter("abs", ops::filter_abs);
+    env.add_filter("list", budget::filter_list);
+    env.add_filter("batch", budget::filter_batch);
+    env.add_filter("slice", budget::filter_slice);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,
@@ -643,6 +657,8 @@ fn build_environment() -> Environment<'static> {
     env.add_function(ops::DIV_FN, ops::py_truediv);
     env.add_function(ops::FLOORDIV_FN, ops::py_floordiv);
     env.add_function(ops::CONCAT_FN, ops::py_concat);
+    env.add_function(budget::ADD_FN, budget::py_add);
+    env.add_function(budget::MUL_FN, budget::py_mul);
     env.add_function(ops::NEG_FN, ops::py_neg);
     env.add_function(ops::POS_FN, ops::py_pos);
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {

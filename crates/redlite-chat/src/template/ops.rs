@@ -17,6 +17,7 @@
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::budget::{self, ADD_FN, MUL_FN};
 use super::py::{self, PyBigInt, PyTuple};
 use super::source::split_markers;
 
@@ -327,9 +328,19 @@ impl<'a> Parser<'a> {
 
     fn math1(&mut self) -> Option<Node> {
         let mut e = self.concat()?;
-        while self.is_op("+") || self.is_op("-") {
+        loop {
+            let add = match self.peek() {
+                Some(T::Op("+")) => true,
+                Some(T::Op("-")) => false,
+                _ => break,
+            };
             self.next();
-            e = plain(vec![e, self.concat()?]);
+            let right = self.concat()?;
+            e = if add {
+                self.call(ADD_FN, vec![e, right])
+            } else {
+                plain(vec![e, right])
+            };
         }
         Some(e)
     }
@@ -350,18 +361,15 @@ impl<'a> Parser<'a> {
         let mut e = self.pow()?;
         loop {
             let f = match self.peek() {
-                Some(T::Op("*")) => None,
-                Some(T::Op("/")) => Some(DIV_FN),
-                Some(T::Op("//")) => Some(FLOORDIV_FN),
-                Some(T::Op("%")) => Some(MOD_FN),
+                Some(T::Op("*")) => MUL_FN,
+                Some(T::Op("/")) => DIV_FN,
+                Some(T::Op("//")) => FLOORDIV_FN,
+                Some(T::Op("%")) => MOD_FN,
                 _ => break,
             };
             self.next();
             let right = self.pow()?;
-            e = match f {
-                Some(f) => self.call(f, vec![e, right]),
-                None => plain(vec![e, right]),
-            };
+            e = self.call(f, vec![e, right]);
         }
         Some(e)
     }
@@ -1292,14 +1300,7 @@ fn unary_error(op: &str, a: &Value) -> Error {
 pub fn py_concat(args: Rest<Value>) -> Result<Value, Error> {
     let mut out = String::new();
     for v in args.iter() {
-        out.push_str(&py::py_str_checked(v)?);
-        if out.len() > super::MAX_RENDER_OUTPUT {
-            return Err(invalid(format!(
-                "{}a string built with ~ exceeds {} MiB",
-                super::LIMIT_MARKER,
-                super::MAX_RENDER_OUTPUT >> 20
-            )));
-        }
+        budget::push_checked("~", &mut out, &py::py_str_checked(v)?)?;
     }
     Ok(Value::from(out))
 }
@@ -1931,7 +1932,7 @@ mod tests {
             (
                 " 1 + 7 % 3 * 2 ",
                 false,
-                Some(" 1 + __redlite_py_mod__(7, 3) * 2 "),
+                Some(" __redlite_py_add__(1, __redlite_py_mul__(__redlite_py_mod__(7, 3), 2)) "),
             ),
             (
                 " '%s' % x | upper ",
@@ -1943,10 +1944,19 @@ mod tests {
                 false,
                 Some(" __redlite_py_neg__(loop.index) "),
             ),
-            (" -1 + -x ", false, Some(" -1 + __redlite_py_neg__(x) ")),
+            (
+                " -1 + -x ",
+                false,
+                Some(" __redlite_py_add__(-1, __redlite_py_neg__(x)) "),
+            ),
             (" +1 ", false, Some(" __redlite_py_pos__(1) ")),
             (" -2.5e3 ", false, None),
-            (" a + b * 'x%y' ", false, None),
+            (
+                " a + b * 'x%y' ",
+                false,
+                Some(" __redlite_py_add__(a, __redlite_py_mul__(b, 'x%y')) "),
+            ),
+            (" a - b ", false, None),
             (" f(**kw) ", false, None),
             (" x | round(2) ", false, None),
             (

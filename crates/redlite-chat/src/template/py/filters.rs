@@ -6,12 +6,13 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Error, Value};
 
 use super::*;
+use crate::template::budget::{check_items, check_string, push_checked};
 
 /// `trim(chars=None)`: `str(value).strip(chars)`.
 pub fn filter_trim(value: Value, chars: Option<Value>) -> Result<Value, Error> {
-    let s = py_str(&value);
+    let s = py_str_checked(&value)?;
     let chars = match &chars {
-        Some(c) if !c.is_none() => Some(py_str(c)),
+        Some(c) if !c.is_none() => Some(py_str_checked(c)?),
         _ => None,
     };
     Ok(Value::from(py_strip(&s, chars.as_deref(), true, true)))
@@ -20,8 +21,8 @@ pub fn filter_trim(value: Value, chars: Option<Value>) -> Result<Value, Error> {
 /// Jinja2's `title` filter: split at runs of `-`, whitespace, `(`, `{`, `[`,
 /// `<`; each piece gets its first character uppercased and the rest
 /// lowercased ("they're" → "They're", unlike `str.title`).
-pub fn filter_title(value: Value) -> Value {
-    let s = py_str(&value);
+pub fn filter_title(value: Value) -> Result<Value, Error> {
+    let s = py_str_checked(&value)?;
     let is_sep = |c: char| matches!(c, '-' | '(' | '{' | '[' | '<') || py_isspace(c);
     let mut out = String::with_capacity(s.len());
     let mut rest = s.as_str();
@@ -40,27 +41,27 @@ pub fn filter_title(value: Value) -> Value {
         out.push_str(&chars.as_str().to_lowercase());
         rest = &rest[end..];
     }
-    Value::from(out)
+    Ok(Value::from(out))
 }
 
 /// `capitalize`, `upper`, `lower` filters: the `str` method on `str(value)`.
-pub fn filter_capitalize(value: Value) -> Value {
-    Value::from(py_capitalize(&py_str(&value)))
+pub fn filter_capitalize(value: Value) -> Result<Value, Error> {
+    Ok(Value::from(py_capitalize(&py_str_checked(&value)?)))
 }
-pub fn filter_upper(value: Value) -> Value {
-    Value::from(py_str(&value).to_uppercase())
+pub fn filter_upper(value: Value) -> Result<Value, Error> {
+    Ok(Value::from(py_str_checked(&value)?.to_uppercase()))
 }
-pub fn filter_lower(value: Value) -> Value {
-    Value::from(py_str(&value).to_lowercase())
+pub fn filter_lower(value: Value) -> Result<Value, Error> {
+    Ok(Value::from(py_str_checked(&value)?.to_lowercase()))
 }
 
 /// markupsafe's `escape`: `&`, `<`, `>`, `"`, `'` as `&amp;`, `&lt;`,
 /// `&gt;`, `&#34;`, `&#39;`; an already safe value is returned unchanged.
-pub fn filter_escape(value: Value) -> Value {
+pub fn filter_escape(value: Value) -> Result<Value, Error> {
     if value.is_safe() {
-        return value;
+        return Ok(value);
     }
-    let s = py_str(&value);
+    let s = py_str_checked(&value)?;
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -72,7 +73,7 @@ pub fn filter_escape(value: Value) -> Value {
             c => out.push(c),
         }
     }
-    Value::from_safe_string(out)
+    Ok(Value::from_safe_string(out))
 }
 
 /// Follow a Jinja2 attribute path (`"a.b.0"`).
@@ -96,7 +97,10 @@ pub fn filter_join(value: Value, d: Option<Value>, kwargs: Kwargs) -> Result<Val
         None => d,
     };
     kwargs.assert_all_used()?;
-    let sep = d.map(|d| py_str(&d)).unwrap_or_default();
+    let sep = match d {
+        Some(d) => py_str_checked(&d)?,
+        None => String::new(),
+    };
     let mut out = String::new();
     if value.is_undefined() || value.is_none() {
         if value.is_none() {
@@ -106,7 +110,7 @@ pub fn filter_join(value: Value, d: Option<Value>, kwargs: Kwargs) -> Result<Val
     }
     for (i, item) in value.try_iter()?.enumerate() {
         if i > 0 {
-            out.push_str(&sep);
+            push_checked("join", &mut out, &sep)?;
         }
         let item = match &attribute {
             Some(a) if !a.is_none() => match a.as_str() {
@@ -115,7 +119,7 @@ pub fn filter_join(value: Value, d: Option<Value>, kwargs: Kwargs) -> Result<Val
             },
             _ => item,
         };
-        out.push_str(&py_str(&item));
+        push_checked("join", &mut out, &py_str_checked(&item)?)?;
     }
     Ok(Value::from(out))
 }
@@ -473,9 +477,10 @@ pub fn filter_round(
             ))
         })?,
     };
-    let method = method
-        .map(|m| py_str(&m))
-        .unwrap_or_else(|| "common".into());
+    let method = match method {
+        Some(m) => py_str_checked(&m)?,
+        None => "common".into(),
+    };
     match method.as_str() {
         "common" => py_round(&value, p),
         "ceil" | "floor" => {
@@ -628,8 +633,17 @@ pub fn filter_indent(
             _ => return Err(invalid("indent: width must be an integer or a string")),
         },
     };
-    let mut s = py_str(&value);
+    let mut s = py_str_checked(&value)?;
     s.push('\n');
+    // Every line may get the indention: refuse before splitting.
+    let lines = splitlines_bound(&s);
+    check_items("indent", Some(lines))?;
+    check_string(
+        "indent",
+        lines
+            .checked_mul(indention.len() + 1)
+            .and_then(|n| n.checked_add(s.len())),
+    )?;
     let lines = py_splitlines(&s, false);
     let mut rv = if blank {
         lines.join(&format!("\n{indention}"))
@@ -664,7 +678,11 @@ pub fn filter_replace(
     new: Value,
     count: Option<Value>,
 ) -> Result<Value, Error> {
-    let (s, old, new) = (py_str(&value), py_str(&old), py_str(&new));
+    let (s, old, new) = (
+        py_str_checked(&value)?,
+        py_str_checked(&old)?,
+        py_str_checked(&new)?,
+    );
     let count = match count {
         None => -1,
         Some(c) if c.is_none() => -1,
@@ -672,10 +690,11 @@ pub fn filter_replace(
             .as_i64()
             .ok_or_else(|| invalid("TypeError: replace count must be an integer"))?,
     };
-    Ok(Value::from(if count < 0 {
-        s.replace(&old, &new)
-    } else {
-        s.replacen(&old, &new, usize::try_from(count).unwrap_or(0))
+    let count = usize::try_from(count).ok();
+    check_string("replace", replaced_len(&s, &old, &new, count))?;
+    Ok(Value::from(match count {
+        None => s.replace(&old, &new),
+        Some(n) => s.replacen(&old, &new, n),
     }))
 }
 
@@ -859,12 +878,12 @@ pub fn filter_groupby(value: Value, attribute: Value, kwargs: Kwargs) -> Result<
 
 /// `center(width=80)`: `str(value).center(width)`.
 pub fn filter_center(value: Value, width: Option<i64>) -> Result<Value, Error> {
-    py_pad(&py_str(&value), "center", width.unwrap_or(80), ' ').map(Value::from)
+    py_pad(&py_str_checked(&value)?, "center", width.unwrap_or(80), ' ').map(Value::from)
 }
 
 /// `wordcount`: the number of `\w+` runs (letters, digits, `_`).
-pub fn filter_wordcount(value: Value) -> Value {
-    let s = py_str(&value);
+pub fn filter_wordcount(value: Value) -> Result<Value, Error> {
+    let s = py_str_checked(&value)?;
     let is_word = |c: char| c == '_' || is_alpha(c) || is_numeric(c);
     let mut n = 0;
     let mut in_word = false;
@@ -875,7 +894,7 @@ pub fn filter_wordcount(value: Value) -> Value {
         }
         in_word = w;
     }
-    Value::from(n)
+    Ok(Value::from(n))
 }
 
 /// `truncate(length=255, killwords=False, end='...', leeway=5)` (`leeway`
@@ -901,7 +920,7 @@ pub fn filter_truncate(
         .unwrap_or_else(|| "...".into());
     let leeway = kwargs.get::<Option<i64>>("leeway")?.unwrap_or(5);
     kwargs.assert_all_used()?;
-    let s = py_str(&value);
+    let s = py_str_checked(&value)?;
     let end_len = end.chars().count() as i64;
     if length < end_len {
         return Err(invalid(format!(

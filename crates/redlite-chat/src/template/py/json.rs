@@ -8,6 +8,7 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Error, ErrorKind, State, Value};
 
 use super::{depth_error, int_from_decimal, py_number, PyBigInt};
+use crate::template::budget::{check_string, push_checked};
 use crate::template::MAX_VALUE_DEPTH;
 
 /// Parse JSON text the way Python's `json.loads` does: integers of any size
@@ -287,7 +288,9 @@ pub(crate) fn tojson_filter(_state: &State, value: Value, kwargs: Kwargs) -> Res
             if let Some(s) = v.as_str() {
                 Some(s.to_string())
             } else if let Some(n) = v.as_i64() {
-                Some(" ".repeat(n.max(0) as usize))
+                let n = usize::try_from(n).unwrap_or(0);
+                check_string("tojson indent", Some(n))?;
+                Some(" ".repeat(n))
             } else {
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
@@ -341,13 +344,19 @@ struct DumpOpts {
     sort_keys: bool,
 }
 
-fn dump_newline(opts: &DumpOpts, level: usize, out: &mut String) {
+fn dump_newline(opts: &DumpOpts, level: usize, out: &mut String) -> Result<(), Error> {
     if let Some(ind) = &opts.indent {
+        let len = ind
+            .len()
+            .checked_mul(level)
+            .and_then(|n| n.checked_add(out.len() + 1));
+        check_string("tojson", len)?;
         out.push('\n');
         for _ in 0..level {
             out.push_str(ind);
         }
     }
+    Ok(())
 }
 
 fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Result<(), Error> {
@@ -369,7 +378,7 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
         ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => out.push_str(&py_number(v, true)),
-        ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out),
+        ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out)?,
         ValueKind::Map => {
             let mut keys: Vec<Value> = v.try_iter()?.collect();
             if keys.is_empty() {
@@ -382,9 +391,9 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
             out.push('{');
             for (i, k) in keys.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&opts.item_sep);
+                    push_checked("tojson", out, &opts.item_sep)?;
                 }
-                dump_newline(opts, level + 1, out);
+                dump_newline(opts, level + 1, out)?;
                 let key_text = match k.kind() {
                     ValueKind::String => k.as_str().unwrap_or_default().to_string(),
                     ValueKind::Bool => (if k.is_true() { "true" } else { "false" }).to_string(),
@@ -400,12 +409,12 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
                         ))
                     }
                 };
-                dump_string(&key_text, opts.ensure_ascii, out);
-                out.push_str(&opts.key_sep);
+                dump_string(&key_text, opts.ensure_ascii, out)?;
+                push_checked("tojson", out, &opts.key_sep)?;
                 let item = v.get_item(k)?;
                 dump_value(&item, opts, level + 1, out)?;
             }
-            dump_newline(opts, level, out);
+            dump_newline(opts, level, out)?;
             out.push('}');
         }
         ValueKind::Seq | ValueKind::Iterable => {
@@ -417,12 +426,12 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&opts.item_sep);
+                    push_checked("tojson", out, &opts.item_sep)?;
                 }
-                dump_newline(opts, level + 1, out);
+                dump_newline(opts, level + 1, out)?;
                 dump_value(item, opts, level + 1, out)?;
             }
-            dump_newline(opts, level, out);
+            dump_newline(opts, level, out)?;
             out.push(']');
         }
         _ => {
@@ -439,7 +448,17 @@ fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Res
 }
 
 /// Python `json.dumps` string encoding.
-fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) {
+fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) -> Result<(), Error> {
+    let escaped: usize = s
+        .chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c if ensure_ascii && (c as u32) > 0x7e => 6 * c.len_utf16(),
+            c => c.len_utf8(),
+        })
+        .sum();
+    check_string("tojson", escaped.checked_add(out.len() + 2))?;
     out.push('"');
     for c in s.chars() {
         match c {
@@ -463,4 +482,5 @@ fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) {
         }
     }
     out.push('"');
+    Ok(())
 }

@@ -7,7 +7,8 @@ use minijinja::value::{from_args, Kwargs, ValueKind};
 use minijinja::{Error, State, Value};
 use unicode_general_category::{get_general_category, GeneralCategory as Gc};
 
-use super::{invalid, items_of, py_type_name, PyDictView, PyTuple};
+use super::{invalid, items_of, py_str_checked, py_type_name, PyDictView, PyTuple};
+use crate::template::budget::{check_items, check_string, push_checked};
 
 /// Python's `str.isspace()` for one character: Unicode White_Space plus the
 /// information separators `\x1c`–`\x1f`.
@@ -227,6 +228,78 @@ pub(crate) fn py_splitlines(s: &str, keepends: bool) -> Vec<String> {
         out.push(s[start..].to_string());
     }
     out
+}
+
+/// A bound on the length of `fmt.format(*args)`: the text, plus for every
+/// replacement field the widths and precisions in its spec and the longest
+/// argument printed; `None` beyond `usize`.
+fn str_format_bound(fmt: &str, args: &[Value]) -> Option<usize> {
+    let mut longest = 0usize;
+    for a in args {
+        let items: Vec<Value> = if a.is_kwargs() {
+            a.try_iter()
+                .ok()?
+                .filter_map(|k| a.get_item(&k).ok())
+                .collect()
+        } else {
+            vec![a.clone()]
+        };
+        for v in items {
+            longest = longest.max(v.len().unwrap_or(0).max(py_str_checked(&v).ok()?.len()));
+        }
+    }
+    let mut bound = fmt.len();
+    let mut rest = fmt;
+    while let Some(open) = rest.find('{') {
+        let field = &rest[open..];
+        let close = field.find('}').unwrap_or(field.len());
+        let mut digits = 0usize;
+        for c in field[..close].chars() {
+            match c.to_digit(10) {
+                Some(d) => digits = digits.checked_mul(10)?.checked_add(d as usize)?,
+                None => {
+                    bound = bound.checked_add(digits)?;
+                    digits = 0;
+                }
+            }
+        }
+        bound = bound.checked_add(digits)?.checked_add(longest)?;
+        rest = &field[close.min(field.len())..];
+        if close == field.len() {
+            break;
+        }
+        rest = &rest[1..];
+    }
+    Some(bound)
+}
+
+/// Most lines [`py_splitlines`] can give for `s` (one more than its line
+/// boundaries), counted without building them.
+pub(crate) fn splitlines_bound(s: &str) -> usize {
+    s.chars().filter(|&c| is_line_boundary(c)).count() + 1
+}
+
+/// Most pieces `str.split(sep)` / `rsplit(sep)` can give for `s`, counted
+/// without building them.
+fn split_bound(s: &str, sep: Option<&str>) -> usize {
+    match sep {
+        Some(sep) if !sep.is_empty() => s.matches(sep).count() + 1,
+        _ => s.split(py_isspace).filter(|w| !w.is_empty()).count() + 1,
+    }
+}
+
+/// Length in bytes of `s.replace(old, new, count)` (`count` `None`: every
+/// occurrence), computed without building it; `None` beyond `usize`. An
+/// empty `old` matches before every character and at the end, as in Python
+/// and Rust.
+pub(crate) fn replaced_len(s: &str, old: &str, new: &str, count: Option<usize>) -> Option<usize> {
+    let found = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old).count()
+    };
+    let k = count.map_or(found, |c| c.min(found));
+    (s.len() - k * old.len()).checked_add(k.checked_mul(new.len())?)
 }
 
 /// Python `str.title()`: a character after a cased one is lowercased, any
@@ -507,16 +580,39 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
                 method != "lstrip",
             )))
         })(),
-        "split" => {
-            split_args(args).and_then(|(sep, n)| py_split(s, sep.as_deref(), n).map(strings))
-        }
-        "rsplit" => {
-            split_args(args).and_then(|(sep, n)| py_rsplit(s, sep.as_deref(), n).map(strings))
-        }
+        "split" => split_args(args).and_then(|(sep, n)| {
+            check_items("split", Some(split_bound(s, sep.as_deref())))?;
+            py_split(s, sep.as_deref(), n).map(strings)
+        }),
+        "rsplit" => split_args(args).and_then(|(sep, n)| {
+            check_items("rsplit", Some(split_bound(s, sep.as_deref())))?;
+            py_rsplit(s, sep.as_deref(), n).map(strings)
+        }),
+        "replace" => (|| {
+            let (old, new, count): (&str, &str, Option<i64>) = from_args(args)?;
+            let count = count.and_then(|c| usize::try_from(c).ok());
+            check_string("replace", replaced_len(s, old, new, count))?;
+            Ok(Value::from(match count {
+                None => s.replace(old, new),
+                Some(n) => s.replacen(old, new, n),
+            }))
+        })(),
+        "join" => (|| {
+            let (items,): (Value,) = from_args(args)?;
+            let mut out = String::new();
+            for (i, item) in items.try_iter()?.enumerate() {
+                if i > 0 {
+                    push_checked("join", &mut out, s)?;
+                }
+                push_checked("join", &mut out, &item.to_string())?;
+            }
+            Ok(Value::from(out))
+        })(),
         "splitlines" => (|| {
             let (keepends, kwargs): (Option<bool>, Kwargs) = from_args(args)?;
             let keepends = kwargs.get::<Option<bool>>("keepends")?.or(keepends);
             kwargs.assert_all_used()?;
+            check_items("splitlines", Some(splitlines_bound(s)))?;
             Ok(strings(py_splitlines(s, keepends.unwrap_or(false))))
         })(),
         "count" => find_args(args).map(|(sub, a, b)| Value::from(py_count(s, &sub, a, b))),
@@ -627,12 +723,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
                         if tabsize > 0 {
                             let ts = usize::try_from(tabsize).unwrap_or(8);
                             let n = ts - col % ts;
-                            if out.len() + n > crate::template::MAX_RENDER_OUTPUT {
-                                return Err(invalid(format!(
-                                    "{}expandtabs: result larger than the output limit",
-                                    crate::template::LIMIT_MARKER
-                                )));
-                            }
+                            check_string("expandtabs", out.len().checked_add(n))?;
                             out.extend(std::iter::repeat_n(' ', n));
                             col += n;
                         }
@@ -662,13 +753,12 @@ pub(crate) fn py_pad(s: &str, method: &str, width: i64, fill: char) -> Result<St
     if width <= len {
         return Ok(s.to_string());
     }
-    if width > crate::template::MAX_RENDER_OUTPUT {
-        return Err(invalid(format!(
-            "{}{method}: width {width} is larger than the output limit",
-            crate::template::LIMIT_MARKER
-        )));
-    }
     let pad = width - len;
+    check_string(
+        method,
+        pad.checked_mul(fill.len_utf8())
+            .and_then(|p| p.checked_add(s.len())),
+    )?;
     let (left, right) = match method {
         "ljust" => (0, pad),
         "rjust" | "zfill" => (pad, 0),
@@ -706,6 +796,10 @@ pub fn method_callback(
     if let Some(s) = value.as_str() {
         if let Some(r) = string_method(s, method, args) {
             return r;
+        }
+        if method == "format" {
+            // minijinja's `str.format`, once its result is known to fit.
+            check_string("str.format", str_format_bound(s, args))?;
         }
     }
     if value.kind() == ValueKind::Map && matches!(method, "items" | "keys" | "values") {

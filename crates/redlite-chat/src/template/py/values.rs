@@ -10,7 +10,8 @@ use minijinja::value::{Enumerator, Object, ObjectRepr, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
 use super::py_isprintable;
-use crate::template::{LIMIT_MARKER, MAX_VALUE_DEPTH};
+use crate::template::budget::string_too_large;
+use crate::template::{LIMIT_MARKER, MAX_RENDER_OUTPUT, MAX_VALUE_DEPTH};
 
 /// A Python tuple (from `dict.items()`, the `items`, `dictsort` and
 /// `groupby` filters, `str.partition`): a sequence that prints as `(a, b)`.
@@ -235,10 +236,10 @@ pub(crate) fn py_str_checked(v: &Value) -> Result<String, Error> {
         ValueKind::Undefined => Ok(String::new()),
         _ => {
             let mut out = String::new();
-            if repr_into(v, &mut out, 0) {
-                Ok(out)
-            } else {
-                Err(depth_error())
+            match repr_into(v, &mut out, 0) {
+                Ok(()) => Ok(out),
+                Err(ReprStop::Depth) => Err(depth_error()),
+                Err(ReprStop::Size) => Err(string_too_large("printing a value", None)),
             }
         }
     }
@@ -252,26 +253,55 @@ pub(crate) fn depth_error() -> Error {
 }
 
 /// Python `repr()` of a template value.
+/// Values nested deeper than the printing limit print as `[...]`; printing
+/// stops at the output budget ([`py_str_checked`] reports both as errors).
 pub fn py_repr(v: &Value) -> String {
     let mut out = String::new();
-    repr_into(v, &mut out, 0);
+    let _ = repr_into(v, &mut out, 0);
     out
 }
 
-/// Append the repr of `v`; false when the nesting limit was reached (the
-/// text then holds `[...]` at that point).
-fn repr_into(v: &Value, out: &mut String, depth: usize) -> bool {
+/// Why printing a value did not complete.
+enum ReprStop {
+    /// The nesting limit was reached (the text holds `[...]` there, and the
+    /// rest of the value is printed).
+    Depth,
+    /// The text would exceed the output budget; printing stopped.
+    Size,
+}
+
+/// Append the repr of `v`.
+fn repr_into(v: &Value, out: &mut String, depth: usize) -> Result<(), ReprStop> {
+    if out.len() > MAX_RENDER_OUTPUT {
+        return Err(ReprStop::Size);
+    }
     if depth > MAX_VALUE_DEPTH {
         out.push_str("[...]");
-        return false;
+        return Err(ReprStop::Depth);
     }
-    let mut ok = true;
+    let mut ok = Ok(());
+    // A nested stop: size ends printing, depth is remembered.
+    macro_rules! nested {
+        ($e:expr) => {
+            match $e {
+                Err(ReprStop::Size) => return Err(ReprStop::Size),
+                Err(ReprStop::Depth) => ok = Err(ReprStop::Depth),
+                Ok(()) => {}
+            }
+        };
+    }
     match v.kind() {
         ValueKind::Undefined => {}
         ValueKind::None => out.push_str("None"),
         ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
         ValueKind::Number => out.push_str(&py_number(v, false)),
-        ValueKind::String => repr_string(v.as_str().unwrap_or_default(), out),
+        ValueKind::String => {
+            let s = v.as_str().unwrap_or_default();
+            if out.len().saturating_add(s.len()) > MAX_RENDER_OUTPUT {
+                return Err(ReprStop::Size);
+            }
+            repr_string(s, out)
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let view = v.downcast_object_ref::<PyDictView>().map(|d| d.kind);
             if let Some(kind) = view {
@@ -286,7 +316,7 @@ fn repr_into(v: &Value, out: &mut String, depth: usize) -> bool {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    ok &= repr_into(&item, out, depth + 1);
+                    nested!(repr_into(&item, out, depth + 1));
                     n += 1;
                 }
             }
@@ -309,10 +339,10 @@ fn repr_into(v: &Value, out: &mut String, depth: usize) -> bool {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    ok &= repr_into(&k, out, depth + 1);
+                    nested!(repr_into(&k, out, depth + 1));
                     out.push_str(": ");
                     let item = v.get_item(&k).unwrap_or_default();
-                    ok &= repr_into(&item, out, depth + 1);
+                    nested!(repr_into(&item, out, depth + 1));
                 }
             }
             out.push('}');
