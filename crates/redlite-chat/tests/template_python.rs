@@ -1682,4 +1682,14 @@ fn values_beyond_the_budget_are_refused_before_they_are_built() {
         t.render(&[], None, false, &none).unwrap(),
         "4000000 2999 60000000     1|ab"
     );
+
+    // Operand errors of `+` and `*` are minijinja's, located in the template.
+    for src in ["\n{{ 'a' + 1 }}", "\n{{ 'a' * 'b' }}", "\n{{ {} * 2 }}"] {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let err = t.render(&[], None, false, &none).unwrap_err().to_string();
+        assert!(
+            err.contains("chat_template:2") && !err.contains("<expression>"),
+            "{src}: {err}"
+        );
+    }
 }

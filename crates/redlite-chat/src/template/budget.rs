@@ -104,7 +104,11 @@ fn minijinja_op(
     let compiled = cell.get_or_init(|| env.compile_expression(expr).ok());
     let ctx = Value::from_iter([("a", a), ("b", b)]);
     match compiled {
-        Some(e) => e.eval(ctx),
+        // A fresh error, without the location inside `expr`: the template's
+        // own line is attached where the call fails.
+        Some(e) => e
+            .eval(ctx)
+            .map_err(|err| Error::new(err.kind(), err.detail().unwrap_or_default().to_string())),
         None => Err(Error::new(
             ErrorKind::InvalidOperation,
             format!("internal: `{expr}` does not compile"),
