@@ -21,6 +21,7 @@ LAYER = {
     "redlite-gguf": 0,
     "redlite-quant": 1,
     "redlite-tokenizer": 1,
+    "redlite-chat": 1,
     "redlite-backend": 2,
     "redlite-model": 3,
     "redlite-synth": 3,

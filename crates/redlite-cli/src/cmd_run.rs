@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use redlite_chat::template::ChatTemplate;
 use redlite_engine::{generate, GenerateParams, LookupParams, SamplingParams, StopReason};
-use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

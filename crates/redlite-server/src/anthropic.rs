@@ -7,8 +7,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
+use redlite_chat::toolcall::{Delta, ParserOptions};
 use redlite_engine::{DraftSource, Request, TokenLogprobs};
-use redlite_tokenizer::toolcall::{Delta, ParserOptions};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;

@@ -4,8 +4,8 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
+use redlite_chat::toolcall::{Delta, ParserOptions};
 use redlite_engine::{DraftSource, Request, SamplingParams, TokenLogprobs};
-use redlite_tokenizer::toolcall::{Delta, ParserOptions};
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;

@@ -2,8 +2,8 @@
 //! stop strings cut (and text that might start one held back until decided),
 //! then — for chat — the tool-call parser.
 
+use redlite_chat::toolcall::{Delta, ParserOptions, ToolCallParser};
 use redlite_tokenizer::detok::Utf8Stream;
-use redlite_tokenizer::toolcall::{Delta, ParserOptions, ToolCallParser};
 use redlite_tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -187,7 +187,7 @@ impl ChatOutput {
         deltas
     }
 
-    pub fn message(&self) -> &redlite_tokenizer::toolcall::ParsedMessage {
+    pub fn message(&self) -> &redlite_chat::toolcall::ParsedMessage {
         self.parser.message()
     }
 }

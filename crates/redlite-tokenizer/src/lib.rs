@@ -1,13 +1,10 @@
-//! Tokenization and chat formatting for Qwen3-Next models.
+//! Tokenization for Qwen3-Next models.
 //!
 //! * byte-level BPE built from GGUF metadata, with the `qwen2` pre-tokenizer;
-//! * streaming, UTF-8-safe detokenization;
-//! * chat templates rendered with minijinja;
-//! * a streaming parser from generated text to OpenAI-style message deltas
-//!   (content, reasoning, Qwen3-Coder tool calls).
-pub mod template;
-pub mod toolcall;
-
+//! * streaming, UTF-8-safe detokenization.
+//!
+//! Chat formatting (templates, message normalisation, the tool-call parser)
+//! lives in `redlite-chat`.
 pub mod bpe;
 pub mod detok;
 pub mod pretokenize;

@@ -2,8 +2,8 @@
 //! the Qwen3-Coder chat template (as the model sees them in its history) must
 //! parse back to the same names and argument values, whole and streamed.
 
-use redlite_tokenizer::template::ChatTemplate;
-use redlite_tokenizer::toolcall::{Delta, ParserOptions, ToolCallParser};
+use redlite_chat::template::ChatTemplate;
+use redlite_chat::toolcall::{Delta, ParserOptions, ToolCallParser};
 use serde_json::{json, Map, Value};
 
 #[test]

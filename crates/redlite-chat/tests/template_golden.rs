@@ -2,7 +2,7 @@
 //! produced by Python Jinja2 configured like transformers
 //! (`tests/py/make_template_golden.py`).
 
-use redlite_tokenizer::template::ChatTemplate;
+use redlite_chat::template::ChatTemplate;
 use serde_json::Value;
 
 fn golden() -> Value {

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use redlite_tokenizer::template::{ChatTemplate, TemplateError, CHATML_TEMPLATE};
+use redlite_chat::template::{ChatTemplate, TemplateError, CHATML_TEMPLATE};
 use serde_json::{json, Map, Value};
 
 /// One rendering by Python Jinja2: the text, or the error message and
@@ -1596,4 +1596,100 @@ fn random_percent_formats_match_python() {
         .count();
     assert!(ok > 1500, "only {ok} formats succeeded in Python");
     compare(template, &cases);
+}
+
+/// Every operation that can build a large value checks the size of its
+/// result before allocating it: each of these would otherwise ask for
+/// gigabytes (and abort the process when the allocation fails).
+#[test]
+fn values_beyond_the_budget_are_refused_before_they_are_built() {
+    let none = Map::new();
+    let cases = [
+        // String repetition fed to `replace` (filter and method).
+        "{{ ('x' * 1000000) | replace('x', 'y' * 100) }}",
+        "{{ ('x' * 1000000).replace('x', 'y' * 100) }}",
+        "{{ ('x' * 1000).replace('', 'y' * 100000) }}",
+        // A list multiplied and joined (filter and method).
+        "{{ (['x' * 1000] * 1000000) | join }}",
+        "{{ ','.join(['x' * 1000] * 1000000) }}",
+        "{{ ['a', 'b', 'c'] | join('x' * 34000000) }}",
+        // tojson with a huge indent, or a huge nesting times a large indent.
+        "{{ [1] | tojson(indent=10000000000) }}",
+        "{{ [[[[1]]]] | tojson(indent='x' * 30000000) }}",
+        "{{ [1, 2, 3] | tojson(separators=('x' * 34000000, ':')) }}",
+        "{{ ['x' * 34000000, 'y' * 34000000] | tojson }}",
+        // `+` doubling in a loop, strings and lists.
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}",
+        // Repetition of strings and lists.
+        "{{ 'x' * 100000000 }}",
+        "{{ 1000000000 * 'x' }}",
+        "{{ ([1] * 1000000) * 1000000 }}",
+        "{{ (range(100000) | list) * 100 }}",
+        // `~`, `%` and `format`.
+        "{{ ('x' * 34000000) ~ ('x' * 34000000) }}",
+        "{{ '%s%s' % ('x' * 34000000, 'x' * 34000000) }}",
+        "{{ '%s%s' | format('x' * 34000000, 'x' * 34000000) }}",
+        "{{ '{:>100000000}'.format(1) }}",
+        "{{ ('{0}' * 1000).format('x' * 100000) }}",
+        // Padding.
+        "{{ 'x' | center(100000000) }}",
+        "{{ 'x'.ljust(100000000) }}",
+        "{{ 'x'.rjust(100000000) }}",
+        "{{ 'x'.zfill(100000000) }}",
+        // indent: every line gets the indention.
+        "{{ ('\\n' * 10000) | indent('y' * 10000, blank=true) }}",
+        // Lists built from a string, or by batching.
+        "{{ ('x' * 3000000) | list | length }}",
+        "{{ ('\\n' * 3000000).splitlines() | length }}",
+        "{{ (' x' * 3000000).split() | length }}",
+        "{{ [1] | batch(1000000000) | list }}",
+        "{{ [1] | slice(1000000000) | list }}",
+        // Printing a value larger than the output.
+        "{{ ['x' * 34000000] * 2 }}",
+        "{{ (['x' * 34000000] * 2) | string }}",
+        "{{ (['x' * 34000000] * 2) | upper }}",
+    ];
+    for src in cases {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let start = std::time::Instant::now();
+        let err = match t.render(&[], None, false, &none) {
+            Ok(out) => panic!("{src}: rendered {} bytes", out.len()),
+            Err(e) => e,
+        };
+        assert!(matches!(err, TemplateError::Limit(_)), "{src}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("chat template rendering stopped:") && text.contains("MiB"),
+            "{src}: {text}"
+        );
+        assert!(text.contains("chat template line 1"), "{src}: {text}");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{src}: {:?}",
+            start.elapsed()
+        );
+    }
+
+    // Just under the budget still renders, with the exact result.
+    let t = ChatTemplate::new(
+        "{{ (('ab' * 1000000) | replace('a', 'xyz')) | length }} {{ ((['ab'] * 1000) | join('-')) | length }} {{ ('x' * 30000000 + 'y' * 30000000) | length }} {{ '{:>5}|{}'.format(1, 'ab') }}",
+        "",
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        t.render(&[], None, false, &none).unwrap(),
+        "4000000 2999 60000000     1|ab"
+    );
+
+    // Operand errors of `+` and `*` are minijinja's, located in the template.
+    for src in ["\n{{ 'a' + 1 }}", "\n{{ 'a' * 'b' }}", "\n{{ {} * 2 }}"] {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let err = t.render(&[], None, false, &none).unwrap_err().to_string();
+        assert!(
+            err.contains("chat_template:2") && !err.contains("<expression>"),
+            "{src}: {err}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden chat-template renderings for redlite-tokenizer's template tests.
+"""Golden chat-template renderings for redlite-chat's template tests.
 
 Renders the Qwen3-Coder chat template with Jinja2 configured exactly like
 transformers' `_compile_jinja_template` (ImmutableSandboxedEnvironment,

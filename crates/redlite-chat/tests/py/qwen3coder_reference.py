@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference tool-call extraction for redlite-tokenizer's tool-call tests.
+"""Reference tool-call extraction for redlite-chat's tool-call tests.
 
 A standalone model of the official Qwen3-Coder tool parser's non-streaming
 path: `Qwen3CoderToolParser.extract_tool_calls` of vLLM

@@ -17,7 +17,9 @@
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::budget::{self, ADD_FN, MUL_FN};
 use super::py::{self, PyBigInt, PyTuple};
+use super::source::split_markers;
 
 /// Global function computing Python's `a % b` (modulo or string formatting).
 pub const MOD_FN: &str = "__redlite_py_mod__";
@@ -326,9 +328,19 @@ impl<'a> Parser<'a> {
 
     fn math1(&mut self) -> Option<Node> {
         let mut e = self.concat()?;
-        while self.is_op("+") || self.is_op("-") {
+        loop {
+            let add = match self.peek() {
+                Some(T::Op("+")) => true,
+                Some(T::Op("-")) => false,
+                _ => break,
+            };
             self.next();
-            e = plain(vec![e, self.concat()?]);
+            let right = self.concat()?;
+            e = if add {
+                self.call(ADD_FN, vec![e, right])
+            } else {
+                plain(vec![e, right])
+            };
         }
         Some(e)
     }
@@ -349,18 +361,15 @@ impl<'a> Parser<'a> {
         let mut e = self.pow()?;
         loop {
             let f = match self.peek() {
-                Some(T::Op("*")) => None,
-                Some(T::Op("/")) => Some(DIV_FN),
-                Some(T::Op("//")) => Some(FLOORDIV_FN),
-                Some(T::Op("%")) => Some(MOD_FN),
+                Some(T::Op("*")) => MUL_FN,
+                Some(T::Op("/")) => DIV_FN,
+                Some(T::Op("//")) => FLOORDIV_FN,
+                Some(T::Op("%")) => MOD_FN,
                 _ => break,
             };
             self.next();
             let right = self.pow()?;
-            e = match f {
-                Some(f) => self.call(f, vec![e, right]),
-                None => plain(vec![e, right]),
-            };
+            e = self.call(f, vec![e, right]);
         }
         Some(e)
     }
@@ -768,12 +777,7 @@ fn emit(src: &str, node: &Node, out: &mut String) {
 /// Python-semantics functions; `None` when there is nothing to rewrite or
 /// the tag is not understood.
 pub fn rewrite_operators(inner: &str, statement: bool) -> Option<String> {
-    let lead = inner.get(..1).filter(|c| *c == "-" || *c == "+");
-    let body = &inner[lead.map_or(0, str::len)..];
-    let trail = body
-        .get(body.len().saturating_sub(1)..)
-        .filter(|c| *c == "-" || *c == "+");
-    let body = &body[..body.len() - trail.map_or(0, str::len)];
+    let (lead, body, trail) = split_markers(inner);
     let mut p = Parser {
         toks: lex(body)?,
         pos: 0,
@@ -793,7 +797,7 @@ pub fn rewrite_operators(inner: &str, statement: bool) -> Option<String> {
         return None;
     }
     let mut out = String::with_capacity(inner.len() + 64);
-    out.push_str(lead.unwrap_or_default());
+    out.push_str(lead);
     let mut pos = 0;
     for n in &nodes {
         out.push_str(body.get(pos..n.start)?);
@@ -801,7 +805,7 @@ pub fn rewrite_operators(inner: &str, statement: bool) -> Option<String> {
         pos = n.end;
     }
     out.push_str(body.get(pos..)?);
-    out.push_str(trail.unwrap_or_default());
+    out.push_str(trail);
     Some(out)
 }
 
@@ -1219,8 +1223,8 @@ fn float_pow(x: f64, y: f64) -> Result<f64, Error> {
         if y != y.floor() {
             return Err(invalid(format!(
                 "{} ** {} is a complex number, which templates do not support",
-                super::py_float_repr(x, false),
-                super::py_float_repr(y, false)
+                py::py_float_repr(x, false),
+                py::py_float_repr(y, false)
             )));
         }
         base = -x;
@@ -1296,14 +1300,7 @@ fn unary_error(op: &str, a: &Value) -> Error {
 pub fn py_concat(args: Rest<Value>) -> Result<Value, Error> {
     let mut out = String::new();
     for v in args.iter() {
-        out.push_str(&super::py_str_checked(v)?);
-        if out.len() > super::MAX_RENDER_OUTPUT {
-            return Err(invalid(format!(
-                "{}a string built with ~ exceeds {} MiB",
-                super::LIMIT_MARKER,
-                super::MAX_RENDER_OUTPUT >> 20
-            )));
-        }
+        budget::push_checked("~", &mut out, &py::py_str_checked(v)?)?;
     }
     Ok(Value::from(out))
 }
@@ -1318,7 +1315,7 @@ pub fn filter_format(value: Value, args: Rest<Value>) -> Result<Value, Error> {
         Some(v) if v.is_kwargs() => args.pop(),
         _ => None,
     };
-    let fmt = super::py_str_checked(&value)?;
+    let fmt = py::py_str_checked(&value)?;
     let operand = match kwargs {
         Some(kw) => {
             if !args.is_empty() {
@@ -1492,7 +1489,7 @@ fn format_one(
                 _ => {
                     return Err(invalid(format!(
                         "KeyError: {}",
-                        super::py_repr(&Value::from(key.as_str()))
+                        py::py_repr(&Value::from(key.as_str()))
                     )))
                 }
             },
@@ -1594,7 +1591,7 @@ fn format_one(
     spec.ch = ch;
     let v = a.next()?;
     let (text, numeric) = match ch {
-        's' => (super::py_str_checked(&v)?, false),
+        's' => (py::py_str_checked(&v)?, false),
         'r' => (repr_checked(&v)?, false),
         'a' => (ascii_of(&repr_checked(&v)?), false),
         'd' | 'i' | 'u' | 'o' | 'x' | 'X' => (format_int(&v, &spec)?, true),
@@ -1620,10 +1617,10 @@ fn format_one(
 
 fn repr_checked(v: &Value) -> Result<String, Error> {
     if v.kind() == ValueKind::String {
-        return Ok(super::py_repr(v));
+        return Ok(py::py_repr(v));
     }
     // `str()` and `repr()` agree for everything but strings at the top.
-    super::py_str_checked(v)
+    py::py_str_checked(v)
 }
 
 /// Python `ascii()` of a repr: non-ASCII characters escaped.
@@ -1935,7 +1932,7 @@ mod tests {
             (
                 " 1 + 7 % 3 * 2 ",
                 false,
-                Some(" 1 + __redlite_py_mod__(7, 3) * 2 "),
+                Some(" __redlite_py_add__(1, __redlite_py_mul__(__redlite_py_mod__(7, 3), 2)) "),
             ),
             (
                 " '%s' % x | upper ",
@@ -1947,10 +1944,19 @@ mod tests {
                 false,
                 Some(" __redlite_py_neg__(loop.index) "),
             ),
-            (" -1 + -x ", false, Some(" -1 + __redlite_py_neg__(x) ")),
+            (
+                " -1 + -x ",
+                false,
+                Some(" __redlite_py_add__(-1, __redlite_py_neg__(x)) "),
+            ),
             (" +1 ", false, Some(" __redlite_py_pos__(1) ")),
             (" -2.5e3 ", false, None),
-            (" a + b * 'x%y' ", false, None),
+            (
+                " a + b * 'x%y' ",
+                false,
+                Some(" __redlite_py_add__(a, __redlite_py_mul__(b, 'x%y')) "),
+            ),
+            (" a - b ", false, None),
             (" f(**kw) ", false, None),
             (" x | round(2) ", false, None),
             (

@@ -87,12 +87,18 @@
 //!
 //! A template is untrusted input, so rendering is bounded: at most
 //! [`MAX_RENDER_FUEL`] instructions, [`MAX_RENDER_OUTPUT`] bytes of output,
-//! minijinja's recursion limit, and a nesting limit when printing values;
-//! each ends rendering with [`TemplateError::Limit`], and so does a string
-//! built with `~` or `%` formatting longer than [`MAX_RENDER_OUTPUT`]. Not
-//! bounded: a string doubled by `+` in a loop grows in memory without
-//! passing through any of these checks (minijinja repeats strings with `*`
-//! only up to 100 MB).
+//! minijinja's recursion limit, and a nesting limit when printing values.
+//! Every operation that can build a large value checks the size of its
+//! result against the budget **before** it allocates (the `budget` module):
+//! no string longer than [`MAX_RENDER_OUTPUT`] bytes and no sequence of
+//! more than [`MAX_SEQ_ITEMS`] items is ever built, so a hostile template
+//! cannot abort the process by exhausting memory (`+` and `*` are rewritten
+//! into size-checked calls, like the other operators). Each limit ends
+//! rendering with [`TemplateError::Limit`], whose message names the
+//! template line. Not covered: a tag the operator rewrite does not
+//! understand keeps minijinja's own `+` (unchecked for strings; `*` repeats
+//! strings up to 100 MB there), and many values each within the budget can
+//! still be kept alive at once.
 //!
 //! Messages are normalised before rendering (see [`normalize_messages`]):
 //! `developer` becomes `system`, arrays of text parts are joined with `"\n"`,
@@ -102,12 +108,17 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod budget;
 mod ops;
-mod py;
+pub(crate) mod py;
+mod source;
+pub use crate::messages::normalize_messages;
+pub use budget::MAX_SEQ_ITEMS;
 pub use py::parse_json as parse_json_exact;
+pub use py::{py_float_repr, py_repr, py_str};
 
-use minijinja::value::{Kwargs, Rest, ValueKind};
-use minijinja::{Environment, Error, ErrorKind, State, Value};
+use minijinja::value::{Rest, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, Value};
 use serde_json::{Map, Value as Json};
 use thiserror::Error as ThisError;
 
@@ -151,10 +162,10 @@ const RAISE_MARKER: &str = "\u{1}raise_exception\u{1}";
 
 /// Global function that builds a Python tuple; tuple literals in the source
 /// are rewritten into calls of it.
-const TUPLE_FN: &str = "__redlite_py_tuple__";
+pub(crate) const TUPLE_FN: &str = "__redlite_py_tuple__";
 
 /// Marker put in front of resource-limit messages raised by our own code.
-const LIMIT_MARKER: &str = "\u{1}limit\u{1}";
+pub(crate) const LIMIT_MARKER: &str = "\u{1}limit\u{1}";
 
 /// Most template instructions one render may execute (minijinja fuel). The
 /// Qwen3-Coder template renders a 48,000-message agent conversation with 30
@@ -164,7 +175,7 @@ pub const MAX_RENDER_FUEL: u64 = 5_000_000;
 /// Largest rendered prompt, in bytes.
 pub const MAX_RENDER_OUTPUT: usize = 64 << 20;
 /// Deepest nesting `tojson`, `string` and printing walk through.
-const MAX_VALUE_DEPTH: usize = 256;
+pub(crate) const MAX_VALUE_DEPTH: usize = 256;
 
 /// A plain ChatML template, used when a model file carries no chat template.
 /// Tool definitions and tool calls are rendered in the Qwen/Hermes JSON style.
@@ -226,13 +237,13 @@ impl ChatTemplate {
         // a parse of its expressions; should either ever misread a source,
         // the source compiles without that rewrite.
         if env
-            .add_template_owned(TEMPLATE_NAME, prepare_source(source, true, true))
+            .add_template_owned(TEMPLATE_NAME, source::prepare_source(source, true, true))
             .is_err()
             && env
-                .add_template_owned(TEMPLATE_NAME, prepare_source(source, true, false))
+                .add_template_owned(TEMPLATE_NAME, source::prepare_source(source, true, false))
                 .is_err()
         {
-            env.add_template_owned(TEMPLATE_NAME, prepare_source(source, false, false))
+            env.add_template_owned(TEMPLATE_NAME, source::prepare_source(source, false, false))
                 .map_err(|e| TemplateError::Syntax(describe_error(&e)))?;
         }
         Ok(ChatTemplate {
@@ -317,7 +328,10 @@ impl ChatTemplate {
                 if !tool.is_object() {
                     return Err(TemplateError::InvalidTool {
                         index,
-                        reason: format!("expected an object, got {}", json_kind(tool)),
+                        reason: format!(
+                            "expected an object, got {}",
+                            crate::messages::json_kind(tool)
+                        ),
                     });
                 }
             }
@@ -525,159 +539,6 @@ fn tool_call_value(call: &Json, orig: &Json) -> Result<Value, String> {
     Ok(Value::from_iter(pairs))
 }
 
-fn json_kind(v: &Json) -> &'static str {
-    match v {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
-    }
-}
-
-/// Normalise OpenAI-style messages into the shape chat templates expect:
-///
-/// * `role` must be a string; `developer` becomes `system`;
-/// * `content` given as an array of parts becomes the text parts joined with
-///   `"\n"` (non-text parts are rejected: the model is text-only); `null`
-///   content stays `null` on assistant messages with tool calls and becomes
-///   `""` elsewhere;
-/// * each tool call's `function.arguments` (or `arguments`) given as a JSON
-///   string is parsed into an object, as transformers and llama.cpp do before
-///   rendering;
-/// * `reasoning` is copied to `reasoning_content` when the latter is absent.
-pub fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>, TemplateError> {
-    let mut out = Vec::with_capacity(messages.len());
-    for (index, msg) in messages.iter().enumerate() {
-        let bad = |reason: String| TemplateError::InvalidMessage { index, reason };
-        let Json::Object(obj) = msg else {
-            return Err(bad(format!("expected an object, got {}", json_kind(msg))));
-        };
-        let mut obj = obj.clone();
-        let role = match obj.get("role") {
-            Some(Json::String(r)) => r.clone(),
-            Some(other) => {
-                return Err(bad(format!(
-                    "'role' must be a string, got {}",
-                    json_kind(other)
-                )))
-            }
-            None => return Err(bad("missing 'role'".into())),
-        };
-        if role == "developer" {
-            obj.insert("role".into(), Json::String("system".into()));
-        }
-        let has_tool_calls = matches!(obj.get("tool_calls"), Some(Json::Array(a)) if !a.is_empty());
-        match obj.get("content") {
-            Some(Json::Array(parts)) => {
-                let mut texts = Vec::with_capacity(parts.len());
-                for (pi, part) in parts.iter().enumerate() {
-                    match part {
-                        Json::String(s) => texts.push(s.clone()),
-                        Json::Object(p) => {
-                            let ty = p.get("type").and_then(Json::as_str).unwrap_or("text");
-                            if ty != "text" {
-                                return Err(bad(format!(
-                                    "content part {pi} has type '{ty}'; only text is supported"
-                                )));
-                            }
-                            match p.get("text") {
-                                Some(Json::String(s)) => texts.push(s.clone()),
-                                _ => {
-                                    return Err(bad(format!(
-                                        "content part {pi} has no string 'text'"
-                                    )))
-                                }
-                            }
-                        }
-                        other => {
-                            return Err(bad(format!(
-                                "content part {pi} must be an object, got {}",
-                                json_kind(other)
-                            )))
-                        }
-                    }
-                }
-                obj.insert("content".into(), Json::String(texts.join("\n")));
-            }
-            Some(Json::String(_)) => {}
-            Some(Json::Null) | None => {
-                if !has_tool_calls {
-                    obj.insert("content".into(), Json::String(String::new()));
-                } else {
-                    obj.insert("content".into(), Json::Null);
-                }
-            }
-            Some(other) => {
-                return Err(bad(format!(
-                    "'content' must be a string, an array of parts or null, got {}",
-                    json_kind(other)
-                )))
-            }
-        }
-        if let Some(tcs) = obj.get_mut("tool_calls") {
-            match tcs {
-                Json::Array(calls) => {
-                    for (ci, call) in calls.iter_mut().enumerate() {
-                        normalize_tool_call(call)
-                            .map_err(|r| bad(format!("tool_calls[{ci}]: {r}")))?;
-                    }
-                }
-                Json::Null => {}
-                other => {
-                    return Err(bad(format!(
-                        "'tool_calls' must be an array, got {}",
-                        json_kind(other)
-                    )))
-                }
-            }
-        }
-        if !obj.contains_key("reasoning_content") {
-            if let Some(r @ Json::String(_)) = obj.get("reasoning") {
-                let r = r.clone();
-                obj.insert("reasoning_content".into(), r);
-            }
-        }
-        out.push(Json::Object(obj));
-    }
-    Ok(out)
-}
-
-fn normalize_tool_call(call: &mut Json) -> Result<(), String> {
-    let Json::Object(obj) = call else {
-        return Err(format!("expected an object, got {}", json_kind(call)));
-    };
-    let target = match obj.get_mut("function") {
-        Some(Json::Object(f)) => f,
-        Some(other) => {
-            return Err(format!(
-                "'function' must be an object, got {}",
-                json_kind(other)
-            ))
-        }
-        None => obj,
-    };
-    if !matches!(target.get("name"), Some(Json::String(_))) {
-        return Err("missing string 'name'".into());
-    }
-    if let Some(Json::String(s)) = target.get("arguments") {
-        let parsed: Json = if py::py_strip(s, None, true, true).is_empty() {
-            Json::Object(Map::new())
-        } else {
-            serde_json::from_str(s).map_err(|e| format!("'arguments' is not valid JSON: {e}"))?
-        };
-        if !parsed.is_object() {
-            return Err(format!(
-                "'arguments' must encode a JSON object, got {}",
-                json_kind(&parsed)
-            ));
-        }
-        target.insert("arguments".into(), parsed);
-    }
-    Ok(())
-}
-
 fn describe_error(e: &Error) -> String {
     let mut s = e.to_string();
     let mut src = std::error::Error::source(e);
@@ -702,162 +563,16 @@ fn classify_error(e: &Error) -> TemplateError {
                     return TemplateError::Raised(msg.to_string());
                 }
                 if let Some(msg) = detail.strip_prefix(LIMIT_MARKER) {
-                    return TemplateError::Limit(msg.to_string());
+                    return TemplateError::Limit(match e.line().or(me.line()) {
+                        Some(line) => format!("{msg} (chat template line {line})"),
+                        None => msg.to_string(),
+                    });
                 }
             }
         }
         cur = err.source();
     }
     TemplateError::Render(describe_error(e))
-}
-
-/// The template source as Jinja2 sees it after its lexer's normalisation:
-/// every `\r\n` and lone `\r` becomes `\n` (`newline_sequence`), and
-/// transformers' `{% generation %}…{% endgeneration %}` block, which renders
-/// its body unchanged, becomes a scope block minijinja knows (`with`), keeping
-/// the tag's whitespace-control markers. With `tuples`, tuple literals
-/// (`(a, b)`, `(a,)`, `()`) become calls of [`TUPLE_FN`], so they are Python
-/// tuples (minijinja reads them as lists). With `operators`, `%`, `**`,
-/// `/`, `//`, `~` and unary `-`/`+` become calls of functions with Python's
-/// semantics (see the `ops` module).
-fn prepare_source(source: &str, tuples: bool, operators: bool) -> String {
-    let src = source.replace("\r\n", "\n").replace('\r', "\n");
-    let b = src.as_bytes();
-    let mut out = String::with_capacity(src.len());
-    let mut i = 0;
-    let mut copied = 0;
-    // Skip a string literal starting at `j` (quote char at b[j]).
-    let skip_string = |mut j: usize| -> usize {
-        let q = b[j];
-        j += 1;
-        while j < b.len() && b[j] != q {
-            if b[j] == b'\\' {
-                j += 1;
-            }
-            j += 1;
-        }
-        j + 1
-    };
-    // Skip to just past `close`, stepping over string literals.
-    let skip_tag = |mut j: usize, close: &[u8]| -> usize {
-        while j < b.len() {
-            if b[j] == b'\'' || b[j] == b'"' {
-                j = skip_string(j);
-            } else if b[j..].starts_with(close) {
-                return j + close.len();
-            } else {
-                j += 1;
-            }
-        }
-        b.len()
-    };
-    while i + 1 < b.len() {
-        if b[i] != b'{' {
-            i += 1;
-            continue;
-        }
-        match b[i + 1] {
-            b'#' => i = src[i + 2..].find("#}").map_or(b.len(), |p| i + 2 + p + 2),
-            b'{' => {
-                let end = skip_tag(i + 2, b"}}");
-                let inner = src
-                    .get(i + 2..end)
-                    .and_then(|t| t.strip_suffix("}}"))
-                    .unwrap_or_default();
-                if let Some(rewritten) = rewrite_tag(inner, false, tuples, operators) {
-                    out.push_str(&src[copied..i]);
-                    out.push_str("{{");
-                    out.push_str(&rewritten);
-                    out.push_str("}}");
-                    copied = end;
-                }
-                i = end;
-            }
-            b'%' => {
-                let end = skip_tag(i + 2, b"%}");
-                let inner = src
-                    .get(i..end)
-                    .and_then(|t| t.strip_prefix("{%"))
-                    .and_then(|t| t.strip_suffix("%}"))
-                    .unwrap_or_default();
-                // Whitespace-control markers (`-`, `+`) after `{%` and before `%}`.
-                let lead = inner.get(..1).filter(|c| *c == "-" || *c == "+");
-                let body = &inner[lead.map_or(0, str::len)..];
-                let trail = body
-                    .get(body.len().saturating_sub(1)..)
-                    .filter(|c| *c == "-" || *c == "+");
-                let body = &body[..body.len() - trail.map_or(0, str::len)];
-                let name = body.trim();
-                if name == "raw" {
-                    // Copy everything up to and including the endraw tag.
-                    let mut j = end;
-                    loop {
-                        match src[j.min(src.len())..].find("{%") {
-                            None => {
-                                j = b.len();
-                                break;
-                            }
-                            Some(p) => {
-                                let t_end = skip_tag(j + p + 2, b"%}");
-                                let t = src
-                                    .get(j + p + 2..t_end)
-                                    .and_then(|t| t.strip_suffix("%}"))
-                                    .unwrap_or_default()
-                                    .trim_matches(|c: char| {
-                                        c == '-' || c == '+' || c.is_whitespace()
-                                    });
-                                j = t_end;
-                                if t == "endraw" {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    i = j;
-                    continue;
-                }
-                if name == "generation" || name == "endgeneration" {
-                    out.push_str(&src[copied..i]);
-                    out.push_str("{%");
-                    out.push_str(lead.unwrap_or_default());
-                    out.push_str(if name == "generation" {
-                        " with "
-                    } else {
-                        " endwith "
-                    });
-                    out.push_str(trail.unwrap_or_default());
-                    out.push_str("%}");
-                    copied = end;
-                } else if let Some(rewritten) = rewrite_tag(inner, true, tuples, operators) {
-                    out.push_str(&src[copied..i]);
-                    out.push_str("{%");
-                    out.push_str(&rewritten);
-                    out.push_str("%}");
-                    copied = end;
-                }
-                i = end;
-            }
-            _ => i += 1,
-        }
-    }
-    out.push_str(&src[copied.min(src.len())..]);
-    out
-}
-
-/// The body of one `{{ … }}` or `{% … %}` tag with its tuple literals
-/// and/or its operators rewritten; `None` when nothing changes.
-fn rewrite_tag(inner: &str, statement: bool, tuples: bool, operators: bool) -> Option<String> {
-    let t = if tuples {
-        py::rewrite_tuple_literals(inner, statement)
-    } else {
-        None
-    };
-    let o = if operators {
-        ops::rewrite_operators(t.as_deref().unwrap_or(inner), statement)
-    } else {
-        None
-    };
-    o.or(t)
 }
 
 fn build_environment() -> Environment<'static> {
@@ -871,13 +586,13 @@ fn build_environment() -> Environment<'static> {
         if value.is_undefined() {
             return Ok(());
         }
-        let text = py_str_checked(value)?;
+        let text = py::py_str_checked(value)?;
         out.write_str(&text)
             .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
     });
-    env.add_filter("tojson", tojson_filter);
+    env.add_filter("tojson", py::tojson_filter);
     env.add_filter("string", |v: Value| -> Result<Value, Error> {
-        Ok(Value::from(py_str_checked(&v)?))
+        Ok(Value::from(py::py_str_checked(&v)?))
     });
     env.add_filter("trim", py::filter_trim);
     env.add_filter("title", py::filter_title);
@@ -905,6 +620,9 @@ fn build_environment() -> Environment<'static> {
     env.add_filter("truncate", py::filter_truncate);
     env.add_filter("format", ops::filter_format);
     env.add_filter("abs", ops::filter_abs);
+    env.add_filter("list", budget::filter_list);
+    env.add_filter("batch", budget::filter_batch);
+    env.add_filter("slice", budget::filter_slice);
     env.add_test("iterable", |v: Value| -> bool {
         match v.kind() {
             ValueKind::None => false,
@@ -939,12 +657,14 @@ fn build_environment() -> Environment<'static> {
     env.add_function(ops::DIV_FN, ops::py_truediv);
     env.add_function(ops::FLOORDIV_FN, ops::py_floordiv);
     env.add_function(ops::CONCAT_FN, ops::py_concat);
+    env.add_function(budget::ADD_FN, budget::py_add);
+    env.add_function(budget::MUL_FN, budget::py_mul);
     env.add_function(ops::NEG_FN, ops::py_neg);
     env.add_function(ops::POS_FN, ops::py_pos);
     env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
         Err(Error::new(
             ErrorKind::InvalidOperation,
-            format!("{RAISE_MARKER}{}", py_str(&msg)),
+            format!("{RAISE_MARKER}{}", py::py_str(&msg)),
         ))
     });
     env.add_function("strftime_now", |fmt: String| -> Value {
@@ -955,415 +675,6 @@ fn build_environment() -> Environment<'static> {
         Value::from(strftime_utc(&fmt, secs))
     });
     env
-}
-
-fn tojson_filter(_state: &State, value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
-    let indent: Option<Value> = kwargs.get("indent")?;
-    let separators: Option<Value> = kwargs.get("separators")?;
-    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
-    kwargs.assert_all_used()?;
-    let indent = match indent {
-        None => None,
-        Some(v) if v.is_none() => None,
-        Some(v) => {
-            if let Some(s) = v.as_str() {
-                Some(s.to_string())
-            } else if let Some(n) = v.as_i64() {
-                Some(" ".repeat(n.max(0) as usize))
-            } else {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    "tojson: indent must be an integer or a string",
-                ));
-            }
-        }
-    };
-    let (item_sep, key_sep) = match separators {
-        Some(v) if !v.is_none() => {
-            let parts: Vec<Value> = v.try_iter()?.collect();
-            match (
-                parts.first().and_then(Value::as_str),
-                parts.get(1).and_then(Value::as_str),
-            ) {
-                (Some(a), Some(b)) if parts.len() == 2 => (a.to_string(), b.to_string()),
-                _ => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidOperation,
-                        "tojson: separators must be a pair of strings",
-                    ))
-                }
-            }
-        }
-        _ => {
-            if indent.is_some() {
-                (",".to_string(), ": ".to_string())
-            } else {
-                (", ".to_string(), ": ".to_string())
-            }
-        }
-    };
-    let opts = DumpOpts {
-        ensure_ascii,
-        indent,
-        item_sep,
-        key_sep,
-        sort_keys,
-    };
-    let mut out = String::new();
-    dump_value(&value, &opts, 0, &mut out)?;
-    Ok(Value::from_safe_string(out))
-}
-
-/// Options of Python's `json.dumps` that templates use.
-struct DumpOpts {
-    ensure_ascii: bool,
-    indent: Option<String>,
-    item_sep: String,
-    key_sep: String,
-    sort_keys: bool,
-}
-
-fn dump_newline(opts: &DumpOpts, level: usize, out: &mut String) {
-    if let Some(ind) = &opts.indent {
-        out.push('\n');
-        for _ in 0..level {
-            out.push_str(ind);
-        }
-    }
-}
-
-fn dump_value(v: &Value, opts: &DumpOpts, level: usize, out: &mut String) -> Result<(), Error> {
-    if level > MAX_VALUE_DEPTH {
-        return Err(depth_error());
-    }
-    if let Some(b) = v.downcast_object_ref::<py::PyBigInt>() {
-        out.push_str(&b.0);
-        return Ok(());
-    }
-    match v.kind() {
-        // json.dumps refuses Jinja2's Undefined.
-        ValueKind::Undefined => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "tojson: object of type Undefined is not JSON serializable",
-            ))
-        }
-        ValueKind::None => out.push_str("null"),
-        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
-        ValueKind::Number => out.push_str(&py_number(v, true)),
-        ValueKind::String => dump_string(v.as_str().unwrap_or_default(), opts.ensure_ascii, out),
-        ValueKind::Map => {
-            let mut keys: Vec<Value> = v.try_iter()?.collect();
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            if opts.sort_keys {
-                keys.sort();
-            }
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&opts.item_sep);
-                }
-                dump_newline(opts, level + 1, out);
-                let key_text = match k.kind() {
-                    ValueKind::String => k.as_str().unwrap_or_default().to_string(),
-                    ValueKind::Bool => (if k.is_true() { "true" } else { "false" }).to_string(),
-                    ValueKind::None => "null".to_string(),
-                    ValueKind::Number => py_number(k, true),
-                    _ => {
-                        return Err(Error::new(
-                            ErrorKind::InvalidOperation,
-                            format!(
-                                "tojson: keys must be str, int, float, bool or None, not {}",
-                                k.kind()
-                            ),
-                        ))
-                    }
-                };
-                dump_string(&key_text, opts.ensure_ascii, out);
-                out.push_str(&opts.key_sep);
-                let item = v.get_item(k)?;
-                dump_value(&item, opts, level + 1, out)?;
-            }
-            dump_newline(opts, level, out);
-            out.push('}');
-        }
-        ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&opts.item_sep);
-                }
-                dump_newline(opts, level + 1, out);
-                dump_value(item, opts, level + 1, out)?;
-            }
-            dump_newline(opts, level, out);
-            out.push(']');
-        }
-        _ => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!(
-                    "tojson: object of type {} is not JSON serializable",
-                    v.kind()
-                ),
-            ))
-        }
-    }
-    Ok(())
-}
-
-/// Python `json.dumps` string encoding.
-fn dump_string(s: &str, ensure_ascii: bool, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if ensure_ascii && (c as u32) > 0x7e => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    let _ = write!(out, "\\u{:04x}", unit);
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Python `str()` / `repr()` of a number. `json` selects JSON spellings of
-/// non-finite floats (`NaN`, `Infinity`) as Python's `json` module writes them.
-fn py_number(v: &Value, json: bool) -> String {
-    if let Some(b) = v.downcast_object_ref::<py::PyBigInt>() {
-        return b.0.clone();
-    }
-    if v.is_integer() {
-        return v.to_string();
-    }
-    match f64::try_from(v.clone()) {
-        Ok(f) => py_float_repr(f, json),
-        Err(_) => v.to_string(),
-    }
-}
-
-/// Python's `repr(float)`: shortest round-trip digits, scientific notation
-/// when the decimal exponent is below -4 or at least 16.
-pub fn py_float_repr(f: f64, json: bool) -> String {
-    if f.is_nan() {
-        return if json { "NaN".into() } else { "nan".into() };
-    }
-    if f.is_infinite() {
-        let s = if json { "Infinity" } else { "inf" };
-        return if f < 0.0 { format!("-{s}") } else { s.into() };
-    }
-    // Rust's `{:e}` gives the shortest round-trip digits: "1.2345e-7".
-    let sci = format!("{:e}", f);
-    let (mant, exp) = match sci.split_once('e') {
-        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
-        None => (sci.as_str(), 0),
-    };
-    let (neg, mant) = match mant.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mant),
-    };
-    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
-    let mut out = String::new();
-    if neg {
-        out.push('-');
-    }
-    if (-4..16).contains(&exp) {
-        if exp < 0 {
-            out.push_str("0.");
-            for _ in 0..(-exp - 1) {
-                out.push('0');
-            }
-            out.push_str(&digits);
-        } else {
-            let int_len = exp as usize + 1;
-            if digits.len() <= int_len {
-                out.push_str(&digits);
-                for _ in digits.len()..int_len {
-                    out.push('0');
-                }
-                out.push_str(".0");
-            } else {
-                out.push_str(&digits[..int_len]);
-                out.push('.');
-                out.push_str(&digits[int_len..]);
-            }
-        }
-    } else {
-        out.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let _ = write!(
-            out,
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.unsigned_abs()
-        );
-    }
-    out
-}
-
-/// Python `str()` of a template value: strings as they are, `True`/`False`,
-/// `None`, Python float formatting, `repr` syntax for lists, tuples and dicts.
-/// Values nested deeper than the printing limit print as `[...]`.
-pub fn py_str(v: &Value) -> String {
-    match v.kind() {
-        ValueKind::String => v.as_str().unwrap_or_default().to_string(),
-        ValueKind::Undefined => String::new(),
-        _ => py_repr(v),
-    }
-}
-
-/// [`py_str`] that reports a value nested too deeply as a limit error.
-fn py_str_checked(v: &Value) -> Result<String, Error> {
-    match v.kind() {
-        ValueKind::String => Ok(v.as_str().unwrap_or_default().to_string()),
-        ValueKind::Undefined => Ok(String::new()),
-        _ => {
-            let mut out = String::new();
-            if repr_into(v, &mut out, 0) {
-                Ok(out)
-            } else {
-                Err(depth_error())
-            }
-        }
-    }
-}
-
-fn depth_error() -> Error {
-    Error::new(
-        ErrorKind::InvalidOperation,
-        format!("{LIMIT_MARKER}a value is nested more than {MAX_VALUE_DEPTH} levels deep"),
-    )
-}
-
-/// Python `repr()` of a template value.
-pub fn py_repr(v: &Value) -> String {
-    let mut out = String::new();
-    repr_into(v, &mut out, 0);
-    out
-}
-
-/// Append the repr of `v`; false when the nesting limit was reached (the
-/// text then holds `[...]` at that point).
-fn repr_into(v: &Value, out: &mut String, depth: usize) -> bool {
-    if depth > MAX_VALUE_DEPTH {
-        out.push_str("[...]");
-        return false;
-    }
-    let mut ok = true;
-    match v.kind() {
-        ValueKind::Undefined => {}
-        ValueKind::None => out.push_str("None"),
-        ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
-        ValueKind::Number => out.push_str(&py_number(v, false)),
-        ValueKind::String => repr_string(v.as_str().unwrap_or_default(), out),
-        ValueKind::Seq | ValueKind::Iterable => {
-            let view = v.downcast_object_ref::<py::PyDictView>().map(|d| d.kind);
-            if let Some(kind) = view {
-                out.push_str(kind);
-                out.push('(');
-            }
-            let tuple = v.downcast_object_ref::<py::PyTuple>().is_some();
-            out.push(if tuple { '(' } else { '[' });
-            let mut n = 0;
-            if let Ok(it) = v.try_iter() {
-                for (i, item) in it.enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    ok &= repr_into(&item, out, depth + 1);
-                    n += 1;
-                }
-            }
-            if tuple {
-                if n == 1 {
-                    out.push(',');
-                }
-                out.push(')');
-            } else {
-                out.push(']');
-            }
-            if view.is_some() {
-                out.push(')');
-            }
-        }
-        ValueKind::Map => {
-            out.push('{');
-            if let Ok(it) = v.try_iter() {
-                for (i, k) in it.enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    ok &= repr_into(&k, out, depth + 1);
-                    out.push_str(": ");
-                    let item = v.get_item(&k).unwrap_or_default();
-                    ok &= repr_into(&item, out, depth + 1);
-                }
-            }
-            out.push('}');
-        }
-        _ => out.push_str(&v.to_string()),
-    }
-    ok
-}
-
-/// Python `repr(str)`: single quotes unless the text contains `'` and no
-/// `"`; `\\`, `\t`, `\n`, `\r` and the quote escaped; other non-printable
-/// characters (`str.isprintable`) as `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
-fn repr_string(s: &str, out: &mut String) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if !py::py_isprintable(c) => {
-                let n = c as u32;
-                let _ = if n < 0x100 {
-                    write!(out, "\\x{n:02x}")
-                } else if n < 0x10000 {
-                    write!(out, "\\u{n:04x}")
-                } else {
-                    write!(out, "\\U{n:08x}")
-                };
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
 }
 
 /// `strftime` over a UTC timestamp, for `strftime_now`. Supports the

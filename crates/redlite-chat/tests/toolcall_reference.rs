@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use redlite_tokenizer::toolcall::{Delta, ParsedMessage, ParserOptions, ToolCall, ToolCallParser};
+use redlite_chat::toolcall::{Delta, ParsedMessage, ParserOptions, ToolCall, ToolCallParser};
 use serde_json::{json, Value};
 
 fn tools() -> Vec<Value> {

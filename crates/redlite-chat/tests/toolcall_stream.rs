@@ -3,7 +3,7 @@
 //! message, nothing may be emitted twice, malformed or truncated calls must
 //! come back as content.
 
-use redlite_tokenizer::toolcall::{Delta, ParsedMessage, ParserOptions, ToolCallParser};
+use redlite_chat::toolcall::{Delta, ParsedMessage, ParserOptions, ToolCallParser};
 use serde_json::{json, Value};
 
 fn tools() -> Vec<Value> {
@@ -305,7 +305,7 @@ fn assemble(deltas: &[Delta]) -> ParsedMessage {
                     m.tool_calls.len(),
                     "call index out of order or repeated"
                 );
-                m.tool_calls.push(redlite_tokenizer::toolcall::ToolCall {
+                m.tool_calls.push(redlite_chat::toolcall::ToolCall {
                     id: id.clone(),
                     name: name.clone(),
                     arguments: String::new(),
