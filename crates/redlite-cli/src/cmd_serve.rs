@@ -42,8 +42,14 @@ pub struct Args {
         env = "REDLITE_PARALLEL"
     )]
     pub parallel: usize,
-    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
-    #[arg(long, env = "REDLITE_API_KEY", hide_env_values = true)]
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes. The only
+    /// protection against other local users, and against the network when --host is not loopback.
+    #[arg(
+        long,
+        env = "REDLITE_API_KEY",
+        hide_env_values = true,
+        help_heading = "Security"
+    )]
     pub api_key: Option<String>,
     /// Memory for state snapshots reused across an agent's turns (e.g. 4GiB, 512MiB; 0 turns reuse off).
     #[arg(long, default_value = "4GiB", value_parser = parse_size, env = "REDLITE_STATE_CACHE")]
@@ -54,9 +60,24 @@ pub struct Args {
     /// Model id to report and accept (clients may send any id).
     #[arg(long, default_value = "qwen3-coder-next", env = "REDLITE_ALIAS")]
     pub alias: String,
-    /// Largest request body accepted (coding-agent histories are large).
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    /// Largest request body accepted (coding-agent histories are large); a larger one gets
+    /// 413 with the API's JSON error.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size, help_heading = "Limits")]
     pub max_body: usize,
+    /// Answer browsers from ORIGIN (e.g. https://app.example) with CORS headers; repeatable.
+    /// Without it no CORS headers are sent and requests carrying another site's Origin get 403.
+    /// `*` (any site) needs --cors-allow-any as well.
+    #[arg(long = "cors-origin", value_name = "ORIGIN", help_heading = "Security")]
+    pub cors_origins: Vec<String>,
+    /// Allow `--cors-origin '*'`: any web page may then drive the server and read its answers
+    /// (set --api-key too).
+    #[arg(long, help_heading = "Security")]
+    pub cors_allow_any: bool,
+    /// Also accept requests whose Host is NAME (a reverse proxy's name); repeatable. When
+    /// listening on loopback, only `localhost` and loopback addresses with the bound port are
+    /// accepted otherwise (403), which stops DNS-rebinding pages.
+    #[arg(long = "allowed-host", value_name = "NAME", help_heading = "Security")]
+    pub allowed_hosts: Vec<String>,
     /// Worker threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -118,6 +139,20 @@ pub fn run(args: Args) -> Result<()> {
     if args.batch == Some(0) {
         bail!("--batch must be at least 1");
     }
+    for o in &args.cors_origins {
+        if o == "*" {
+            if !args.cors_allow_any {
+                bail!(
+                    "--cors-origin '*' lets every web page drive the server and read its answers; \
+                     add --cors-allow-any to mean it (and set --api-key)"
+                );
+            }
+        } else if !(o.starts_with("http://") || o.starts_with("https://"))
+            || o.contains(char::is_whitespace)
+        {
+            bail!("--cors-origin '{o}' is not an origin (scheme://host[:port], e.g. https://app.example)");
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
     let _ = tracing_subscriber::fmt()
@@ -145,6 +180,12 @@ pub fn run(args: Args) -> Result<()> {
         checkpoint_interval: args.checkpoint_every,
         alias: args.alias,
         max_body_bytes: args.max_body,
+        cors_origins: args
+            .cors_origins
+            .iter()
+            .map(|o| o.trim_end_matches('/').to_string())
+            .collect(),
+        allowed_hosts: args.allowed_hosts.clone(),
         prefill_chunk: batch,
         lookup: args.lookup.then(|| redlite_engine::LookupParams {
             max_draft: args.draft_max,

@@ -15,14 +15,14 @@
 //! agent's next turn only prefills its new tokens.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -30,7 +30,7 @@ use redlite_engine::{SamplingParams, Scheduler, SchedulerConfig};
 use redlite_model::Model;
 use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
@@ -44,6 +44,7 @@ pub mod openai;
 pub mod pi;
 pub mod pipeline;
 pub mod run;
+pub mod security;
 
 pub use engine::EngineHandle;
 pub use error::{ApiError, Flavor};
@@ -69,6 +70,13 @@ pub struct ServerConfig {
     pub prefill_chunk: usize,
     /// Prompt-lookup speculative decoding for every request.
     pub lookup: Option<redlite_engine::LookupParams>,
+    /// Origins answered with CORS headers (`*`: any). Empty: no CORS
+    /// headers at all, and requests carrying another site's `Origin` are
+    /// refused.
+    pub cors_origins: Vec<String>,
+    /// Host names accepted besides `localhost` and loopback literals when
+    /// listening on loopback (a reverse proxy's name).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +91,8 @@ impl Default for ServerConfig {
             max_body_bytes: 64 << 20,
             prefill_chunk: 512,
             lookup: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -106,6 +116,9 @@ pub struct AppState {
     /// The model (shared with the compute thread) for what `/metrics`
     /// reads directly, such as the expert cache's counters.
     pub model: Arc<Model>,
+    /// The address the server listens on, once bound (the Host check
+    /// compares against it; unknown in in-process tests).
+    pub bound: OnceLock<SocketAddr>,
 }
 
 pub type App = Arc<AppState>;
@@ -154,6 +167,7 @@ impl AppState {
             model,
             created: now(),
             backend,
+            bound: OnceLock::new(),
         })
     }
 
@@ -235,7 +249,9 @@ pub fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<B
     })
 }
 
-/// Every route, with its layers.
+/// Every route, with its layers (outermost last): tracing, the Host and
+/// Origin checks, CORS (only with `--cors-origin`), body limits, metrics;
+/// the API routes add the key check and the JSON content-type check.
 pub fn router(app: App) -> Router {
     let limit = app.cfg.max_body_bytes;
     let api = Router::new()
@@ -248,33 +264,63 @@ pub fn router(app: App) -> Router {
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
         .route("/metrics", get(metrics::metrics))
-        .layer(middleware::from_fn_with_state(app.clone(), auth));
-    Router::new()
+        .layer(middleware::from_fn(security::require_json))
+        .layer(middleware::from_fn_with_state(app.clone(), security::auth));
+    let mut r = Router::new()
         .route("/health", get(misc::health))
         .route("/v1/health", get(misc::health))
         .route("/v1/models", get(misc::models))
         .route("/models", get(misc::models))
         .merge(api)
         .fallback(misc::not_found)
+        .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), metrics::count))
-        .layer(middleware::map_response(move |r: Response| {
-            json_413(r, limit)
-        }))
         .layer(DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
-        .layer(
-            CorsLayer::new()
-                .allow_origin(Any)
-                .allow_methods(Any)
-                .allow_headers(Any),
+        .layer(middleware::from_fn_with_state(app.clone(), json_413));
+    if let Some(cors) = cors_layer(&app.cfg.cors_origins) {
+        r = r.layer(cors);
+    }
+    r.layer(middleware::from_fn_with_state(
+        app.clone(),
+        security::host_check,
+    ))
+    .layer(TraceLayer::new_for_http())
+    .with_state(app)
+}
+
+/// CORS headers for the `--cors-origin` origins (none when empty).
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
         )
-        .layer(TraceLayer::new_for_http())
-        .with_state(app)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers(tower_http::cors::AllowHeaders::mirror_request())
+            .max_age(std::time::Duration::from_secs(600)),
+    )
 }
 
 /// The body-limit layer answers in plain text; clients expect the JSON
-/// error shape.
-async fn json_413(r: Response, limit: usize) -> Response {
+/// error shape (OpenAI's, or Anthropic's on its routes).
+async fn json_413(
+    axum::extract::State(app): axum::extract::State<App>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let flavor = security::flavor_of(req.uri().path());
+    let r = next.run(req).await;
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE
         && !r
             .headers()
@@ -282,49 +328,11 @@ async fn json_413(r: Response, limit: usize) -> Response {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"))
     {
-        return ApiError::too_large(limit).into_response();
+        return ApiError::too_large(app.cfg.max_body_bytes)
+            .with_flavor(flavor)
+            .into_response();
     }
     r
-}
-
-/// `--api-key`: `Authorization: Bearer <key>` or `x-api-key: <key>`.
-async fn auth(
-    State(app): State<App>,
-    headers: HeaderMap,
-    req: HttpRequest,
-    next: Next,
-) -> Response {
-    if let Some(key) = &app.cfg.api_key {
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        let ok = [bearer, x_key]
-            .iter()
-            .flatten()
-            .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()));
-        if !ok {
-            let flavor = if req.uri().path().starts_with("/v1/messages") {
-                Flavor::Anthropic
-            } else {
-                Flavor::OpenAi
-            };
-            return ApiError::unauthorized().with_flavor(flavor).into_response();
-        }
-    }
-    next.run(req).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Bind `addr` and serve until Ctrl-C. `on_bound` gets the bound address
@@ -335,7 +343,9 @@ pub async fn serve(
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    on_bound(listener.local_addr()?);
+    let local = listener.local_addr()?;
+    let _ = app.bound.set(local);
+    on_bound(local);
     axum::serve(listener, router(app))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
