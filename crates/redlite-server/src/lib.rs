@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
@@ -31,7 +32,6 @@ use redlite_model::Model;
 use redlite_tokenizer::template::ChatTemplate;
 use redlite_tokenizer::Tokenizer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 pub mod anthropic;
@@ -40,6 +40,7 @@ pub mod error;
 pub mod fields;
 pub mod metrics;
 pub mod misc;
+pub mod net;
 pub mod openai;
 pub mod pi;
 pub mod pipeline;
@@ -48,6 +49,7 @@ pub mod security;
 
 pub use engine::EngineHandle;
 pub use error::{ApiError, Flavor};
+pub use net::{Server, Shutdown};
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -77,6 +79,14 @@ pub struct ServerConfig {
     /// Host names accepted besides `localhost` and loopback literals when
     /// listening on loopback (a reverse proxy's name).
     pub allowed_hosts: Vec<String>,
+    /// Time to send a request's head (also the idle keep-alive timeout).
+    pub header_timeout: Duration,
+    /// Time to send a request's whole body.
+    pub body_timeout: Duration,
+    /// Open connections served at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Requests waiting for a slot beyond which new ones get 503.
+    pub max_queue: usize,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +103,10 @@ impl Default for ServerConfig {
             lookup: None,
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 512,
+            max_queue: 64,
         }
     }
 }
@@ -119,6 +133,8 @@ pub struct AppState {
     /// The address the server listens on, once bound (the Host check
     /// compares against it; unknown in in-process tests).
     pub bound: OnceLock<SocketAddr>,
+    /// The server's shutdown switch, once it serves.
+    pub shutdown: OnceLock<Shutdown>,
 }
 
 pub type App = Arc<AppState>;
@@ -151,8 +167,8 @@ impl AppState {
                 state_cache_bytes: cfg.state_cache_bytes,
             },
         );
-        let engine =
-            EngineHandle::spawn(sched).map_err(|e| format!("starting the engine thread: {e}"))?;
+        let engine = EngineHandle::spawn(sched, cfg.parallel.max(1))
+            .map_err(|e| format!("starting the engine thread: {e}"))?;
         Ok(AppState {
             cfg,
             tokenizer: Arc::new(tokenizer),
@@ -168,7 +184,16 @@ impl AppState {
             created: now(),
             backend,
             bound: OnceLock::new(),
+            shutdown: OnceLock::new(),
         })
+    }
+
+    /// Resolves once the server is shutting down (never without one).
+    pub async fn stopping(&self) {
+        match self.shutdown.get() {
+            Some(s) => s.wait().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Check a prompt against the context and turn a requested reply length
@@ -264,6 +289,7 @@ pub fn router(app: App) -> Router {
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
         .route("/metrics", get(metrics::metrics))
+        .layer(middleware::from_fn_with_state(app.clone(), net::read_body))
         .layer(middleware::from_fn(security::require_json))
         .layer(middleware::from_fn_with_state(app.clone(), security::auth));
     let mut r = Router::new()
@@ -276,7 +302,6 @@ pub fn router(app: App) -> Router {
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), metrics::count))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(RequestBodyLimitLayer::new(limit))
         .layer(middleware::from_fn_with_state(app.clone(), json_413));
     if let Some(cors) = cors_layer(&app.cfg.cors_origins) {
         r = r.layer(cors);
@@ -335,22 +360,23 @@ async fn json_413(
     r
 }
 
-/// Bind `addr` and serve until Ctrl-C. `on_bound` gets the bound address
-/// (useful with port 0).
+/// Bind `addr` and serve `app` until Ctrl-C (then drain for up to 5 s).
+/// `on_bound` gets the bound address (useful with port 0).
 pub async fn serve(
     app: App,
     addr: SocketAddr,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    let _ = app.bound.set(local);
-    on_bound(local);
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    let server = Server::bind(addr, app.cfg.clone())?;
+    server.set_app(app);
+    on_bound(server.addr());
+    let stop = server.shutdown().clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.begin();
+        }
+    });
+    server.run(Duration::from_secs(5)).await
 }
 
 /// The tiny fixture model behind an [`AppState`], for unit tests.

@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::run::{StreamOutcome, STATUS_CANCELLED};
 use crate::App;
 
 /// Counters the handlers update (the engine's own totals come from its
@@ -30,23 +31,62 @@ impl Metrics {
         }
     }
 
+    pub fn request(&self, endpoint: String, status: u16) {
+        if let Ok(mut m) = self.requests.lock() {
+            *m.entry((endpoint, status)).or_default() += 1;
+        }
+    }
+
     pub fn context_seen(&self, n: usize) {
         self.context_max.fetch_max(n as u64, Ordering::Relaxed);
     }
 }
 
-/// Middleware counting finished requests by route and status.
+/// Middleware counting finished requests by route and status. A streamed
+/// response is counted when its stream ends (200, or 499 when cancelled);
+/// a request whose client left before the answer is counted as 499.
 pub async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     let endpoint = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "other".into());
+    let mut guard = Pending {
+        app: app.clone(),
+        endpoint: Some(endpoint),
+    };
     let r = next.run(req).await;
-    if let Ok(mut m) = app.metrics.requests.lock() {
-        *m.entry((endpoint, r.status().as_u16())).or_default() += 1;
+    let Some(endpoint) = guard.endpoint.take() else {
+        return r;
+    };
+    let later = r
+        .extensions()
+        .get::<Arc<StreamOutcome>>()
+        .and_then(|o| o.0.lock().ok().and_then(|mut g| g.take()));
+    match later {
+        Some(rx) => {
+            tokio::spawn(async move {
+                let status = rx.await.unwrap_or(STATUS_CANCELLED);
+                app.metrics.request(endpoint, status);
+            });
+        }
+        None => app.metrics.request(endpoint, r.status().as_u16()),
     }
     r
+}
+
+/// Counts a request dropped before it was answered (its client left).
+struct Pending {
+    app: App,
+    endpoint: Option<String>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(e) = self.endpoint.take() {
+            self.app.metrics.request(e, STATUS_CANCELLED);
+        }
+    }
 }
 
 fn esc(s: &str) -> String {

@@ -116,35 +116,60 @@ pub fn origin_allowed(
     }
 }
 
-/// Middleware on every route: the Host and Origin checks.
-pub async fn host_check(State(app): State<App>, req: Request, next: Next) -> Response {
-    let bound = app.bound.get().copied();
-    let flavor = flavor_of(req.uri().path());
-    let headers = req.headers();
+/// The Host and Origin checks: `Some(403 answer)` when the request must
+/// be refused.
+pub fn check_host_and_origin(
+    headers: &HeaderMap,
+    path: &str,
+    bound: Option<SocketAddr>,
+    allowed_hosts: &[String],
+    cors: &[String],
+) -> Option<Response> {
+    let flavor = flavor_of(path);
     if let Some(h) = headers.get(header::HOST) {
         let host = h.to_str().unwrap_or("");
-        if !host_allowed(host, bound, &app.cfg.allowed_hosts) {
-            tracing::warn!("refused a request for Host '{host}' (not this server's name; --allowed-host adds one)");
-            return ApiError::forbidden(format!(
-                "the Host '{host}' is not this server's address; a reverse proxy's name can be \
-                 allowed with --allowed-host"
-            ))
-            .with_flavor(flavor)
-            .into_response();
+        if !host_allowed(host, bound, allowed_hosts) {
+            tracing::warn!(
+                "refused a request for Host '{host}' (not this server's name; --allowed-host adds one)"
+            );
+            return Some(
+                ApiError::forbidden(format!(
+                    "the Host '{host}' is not this server's address; a reverse proxy's name can be \
+                     allowed with --allowed-host"
+                ))
+                .with_flavor(flavor)
+                .into_response(),
+            );
         }
     }
     if let Some(o) = headers.get(header::ORIGIN) {
         let origin = o.to_str().unwrap_or("");
-        if !origin_allowed(origin, &app.cfg.cors_origins, bound, &app.cfg.allowed_hosts) {
+        if !origin_allowed(origin, cors, bound, allowed_hosts) {
             tracing::warn!(
                 "refused a request from origin '{origin}' (not allowed by --cors-origin)"
             );
-            return ApiError::forbidden(format!(
-                "requests from the origin '{origin}' are not allowed (the server's --cors-origin)"
-            ))
-            .with_flavor(flavor)
-            .into_response();
+            return Some(
+                ApiError::forbidden(format!(
+                    "requests from the origin '{origin}' are not allowed (the server's --cors-origin)"
+                ))
+                .with_flavor(flavor)
+                .into_response(),
+            );
         }
+    }
+    None
+}
+
+/// Middleware on every route: the Host and Origin checks.
+pub async fn host_check(State(app): State<App>, req: Request, next: Next) -> Response {
+    if let Some(r) = check_host_and_origin(
+        req.headers(),
+        req.uri().path(),
+        app.bound.get().copied(),
+        &app.cfg.allowed_hosts,
+        &app.cfg.cors_origins,
+    ) {
+        return r;
     }
     next.run(req).await
 }

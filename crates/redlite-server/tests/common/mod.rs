@@ -140,3 +140,78 @@ pub fn chat_body(max_tokens: u32) -> String {
     })
     .to_string()
 }
+
+/// Start a server like [`start`], returning the runtime-owned handle to
+/// its shutdown switch too.
+pub fn start_with_shutdown(cfg: ServerConfig) -> (TestServer, redlite_server::Shutdown) {
+    let model = Model::load(&fixture("tiny-s-bf16.gguf")).expect("fixture model");
+    let app = Arc::new(AppState::new(model, cfg.clone()).expect("app"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server =
+        redlite_server::Server::bind("127.0.0.1:0".parse().expect("addr"), cfg).expect("bind");
+    server.set_app(app.clone());
+    let stop = server.shutdown().clone();
+    let addr = server.addr();
+    rt.spawn(server.run(Duration::from_secs(5)));
+    (TestServer { addr, app, _rt: rt }, stop)
+}
+
+/// Read one response from a kept-alive connection (Content-Length bodies
+/// only).
+pub fn read_response(s: &mut TcpStream) -> Resp {
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => raw.push(byte[0]),
+            _ => panic!(
+                "connection closed mid-head: {}",
+                String::from_utf8_lossy(&raw)
+            ),
+        }
+    }
+    let head = parse(&raw);
+    let n: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; n];
+    s.read_exact(&mut body).expect("body");
+    raw.extend_from_slice(&body);
+    parse(&raw)
+}
+
+/// GET `path` on a kept-alive connection.
+pub fn get_on(s: &mut TcpStream, addr: SocketAddr, path: &str) -> Resp {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("write");
+    read_response(s)
+}
+
+/// Whether the server closed `s` (EOF or reset) within `within`, reading
+/// and discarding whatever it sent first.
+pub fn closed_by_server(s: &mut TcpStream, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).ok();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
