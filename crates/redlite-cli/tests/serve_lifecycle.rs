@@ -310,6 +310,31 @@ fn a_64mb_body_of_junk_costs_under_three_times_its_size() {
     );
     assert!(probes > 0);
     assert!(worst < Duration::from_secs(1), "/health took {worst:?}");
+
+    // The same numbers in a field the route reads: refused once their
+    // parsed form passes its budget, still under three times the body.
+    let mut body = Vec::with_capacity(n + 200);
+    body.extend_from_slice(br#"{"max_tokens":1,"messages":["#);
+    while body.len() < n {
+        body.extend_from_slice(b"1,2,3,4,5,");
+    }
+    body.extend_from_slice(b"0]}");
+    let t = Instant::now();
+    let (status, out) = post(addr, "/v1/chat/completions", &body);
+    let took = t.elapsed();
+    let peak = s.rss_peak_kib();
+    let growth = peak.saturating_sub(before) * 1024;
+    eprintln!(
+        "64 MB of numbers in 'messages': {status} in {took:?}; peak RSS {} MiB (+{:.2}x the body)",
+        peak / 1024,
+        growth as f64 / len as f64
+    );
+    assert_eq!(status, 400, "{}", &out[..out.len().min(500)]);
+    assert!(out.contains("bytes of memory once parsed"), "{out}");
+    assert!(
+        growth < 3 * len as u64,
+        "peak RSS grew by {growth} bytes for a {len}-byte body"
+    );
 }
 
 #[test]
