@@ -109,6 +109,10 @@ pub struct Args {
     /// (those being served are unaffected).
     #[arg(long, value_name = "N", default_value_t = 512, help_heading = "Limits")]
     pub max_connections: usize,
+    /// Memory all request bodies being read or parsed may hold together (at least --max-body);
+    /// a body that does not fit waits for room (half --body-timeout, at most 5 s), then gets 503.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size, help_heading = "Limits")]
+    pub max_body_memory: usize,
     /// Requests that may wait for a free slot (--parallel) at once; one more gets 503 with
     /// Retry-After.
     #[arg(long, value_name = "N", default_value_t = 64, help_heading = "Limits")]
@@ -221,6 +225,7 @@ pub fn run(args: Args) -> Result<()> {
         body_timeout: args.body_timeout,
         max_connections: args.max_connections,
         max_queue: args.max_queue,
+        body_memory_bytes: args.max_body_memory,
     };
 
     // The port first: a taken one fails now, not after a long load.

@@ -348,6 +348,7 @@ fn serve_help_lists_every_limit_with_its_default() {
     // Each limit flag, then its default before the next flag.
     for (flag, default) in [
         ("--max-body", "[default: 64MiB]"),
+        ("--max-body-memory", "[default: 1GiB]"),
         ("--header-timeout", "[default: 10]"),
         ("--body-timeout", "[default: 60]"),
         ("--max-connections", "[default: 512]"),

@@ -87,6 +87,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Requests waiting for a slot beyond which new ones get 503.
     pub max_queue: usize,
+    /// Bytes all request bodies being read or parsed may hold together
+    /// (each also costs up to 1.5 times its size once parsed).
+    pub body_memory_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -107,6 +110,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(60),
             max_connections: 512,
             max_queue: 64,
+            body_memory_bytes: 1 << 30,
         }
     }
 }
@@ -135,6 +139,8 @@ pub struct AppState {
     pub bound: OnceLock<SocketAddr>,
     /// The server's shutdown switch, once it serves.
     pub shutdown: OnceLock<Shutdown>,
+    /// Room for request bodies in flight, in KiB (`body_memory_bytes`).
+    pub body_budget: Arc<tokio::sync::Semaphore>,
 }
 
 pub type App = Arc<AppState>;
@@ -156,6 +162,8 @@ impl AppState {
             .sum::<u64>();
         let backend = model.backend().name();
         let eog = tokenizer.eog_ids().to_vec();
+        // At least one largest body always fits.
+        let cfg_body_kib = cfg.body_memory_bytes.max(cfg.max_body_bytes).div_ceil(1024);
         let model = Arc::new(model);
         let sched = Scheduler::new(
             model.clone(),
@@ -185,6 +193,9 @@ impl AppState {
             backend,
             bound: OnceLock::new(),
             shutdown: OnceLock::new(),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                (cfg_body_kib).clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
         })
     }
 

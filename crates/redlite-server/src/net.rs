@@ -11,7 +11,10 @@
 //! - **Body timeout** (`body_timeout`, [`read_body`]): an API request's
 //!   body must arrive whole within it (408 and the connection closed
 //!   otherwise), read into one buffer of its declared length (no copy
-//!   growing by doubling), up to `max_body_bytes` (413).
+//!   growing by doubling), up to `max_body_bytes` (413). Bodies in flight
+//!   share `body_memory_bytes`: a body waits for room (half the body
+//!   timeout, at most 5 s; then 503), and holds it until the handler has
+//!   parsed it.
 //! - **Queue** (`max_queue`): requests waiting for a slot beyond it get 503
 //!   with `Retry-After` (see [`crate::engine::EngineHandle::submit`]).
 //!
@@ -285,7 +288,26 @@ pub async fn read_body(State(app): State<App>, req: Request, next: Next) -> Resp
                 .into_response(),
         );
     }
-    let read = collect(body, declared.unwrap_or(0) as usize, limit);
+    // Room for the body in the budget shared by every request's body.
+    let want = declared.map_or(limit, |n| n as usize);
+    let kib = u32::try_from(want.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+    let wait = (app.cfg.body_timeout / 2).min(Duration::from_secs(5));
+    let permit =
+        match tokio::time::timeout(wait, app.body_budget.clone().acquire_many_owned(kib)).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                return close(
+                    ApiError::busy(format!(
+                        "too many large request bodies at once (the server's budget for bodies in \
+                     flight is {} bytes); retry shortly",
+                        app.cfg.body_memory_bytes
+                    ))
+                    .with_flavor(flavor)
+                    .into_response(),
+                )
+            }
+        };
+    let read = collect(body, declared.unwrap_or(0) as usize, limit, permit);
     let bytes = match tokio::time::timeout(app.cfg.body_timeout, read).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return close(e.with_flavor(flavor).into_response()),
@@ -309,7 +331,25 @@ fn close(mut r: Response) -> Response {
     r
 }
 
-async fn collect(body: Body, declared: usize, limit: usize) -> Result<Bytes, ApiError> {
+/// A body's bytes, holding its share of the body budget until they are
+/// dropped (when the handler has parsed them).
+struct Budgeted {
+    buf: Vec<u8>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+async fn collect(
+    body: Body,
+    declared: usize,
+    limit: usize,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<Bytes, ApiError> {
     let mut body = body;
     let mut buf = Vec::with_capacity(declared.min(limit));
     while let Some(frame) = body.frame().await {
@@ -322,5 +362,8 @@ async fn collect(body: Body, declared: usize, limit: usize) -> Result<Bytes, Api
             buf.extend_from_slice(&data);
         }
     }
-    Ok(Bytes::from(buf))
+    Ok(Bytes::from_owner(Budgeted {
+        buf,
+        _permit: permit,
+    }))
 }

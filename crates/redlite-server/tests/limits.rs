@@ -321,3 +321,39 @@ fn health_reports_loading_until_the_model_is_there() {
     assert_eq!(r.status, 200, "{r:?}");
     server.shutdown().begin();
 }
+
+#[test]
+fn bodies_in_flight_share_a_memory_budget() {
+    let s = start(ServerConfig {
+        context: 256,
+        max_body_bytes: 64 << 10,
+        body_memory_bytes: 64 << 10,
+        body_timeout: Duration::from_secs(3),
+        ..ServerConfig::default()
+    });
+    let a = s.addr;
+    // A slow client declares 60 KB and sends a little: it holds 59 KiB.
+    let mut slow = TcpStream::connect(a).expect("connect");
+    write!(
+        slow,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\n\
+         Content-Length: 60000\r\n\r\n{{"
+    )
+    .expect("w");
+    std::thread::sleep(Duration::from_millis(200));
+    // A 10 KB body does not fit beside it: it waits (1.5 s), then gets 503.
+    let pad = "x".repeat(10_000);
+    let big = serde_json::json!({"messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1, "x_pad": pad})
+    .to_string();
+    let r = request(a, "POST", "/v1/chat/completions", &[JSON], &big);
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("bodies at once"), "{r:?}");
+    // A small one fits.
+    let r = request(a, "POST", "/v1/chat/completions", &[JSON], &chat_body(1));
+    assert_eq!(r.status, 200, "{r:?}");
+    // Once the slow body has timed out, its room is free again.
+    assert!(closed_by_server(&mut slow, Duration::from_secs(5)));
+    let r = request(a, "POST", "/v1/chat/completions", &[JSON], &big);
+    assert_eq!(r.status, 200, "{r:?}");
+}
