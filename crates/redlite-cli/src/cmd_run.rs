@@ -23,6 +23,10 @@ pub struct Args {
     /// Most tokens to generate.
     #[arg(short = 'n', long, default_value_t = 256)]
     pub n_predict: usize,
+    /// Context window in tokens (prompt + reply); a longer prompt is refused, and the reply
+    /// stops at the window's end. Default: the model's training context.
+    #[arg(short = 'c', long = "context", alias = "ctx-size")]
+    pub context: Option<usize>,
     /// Sampling temperature; 0 is greedy (always the most likely token).
     #[arg(long = "temp", default_value_t = 0.7)]
     pub temperature: f32,
@@ -107,6 +111,37 @@ pub fn run(args: Args) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
+    let trained = model.config().context_length;
+    let context = args.context.unwrap_or(trained);
+    if args.context == Some(0) {
+        bail!("--context must be at least 1 token");
+    }
+    if context > 0 && ids.len() >= context {
+        bail!(
+            "the prompt is {} tokens, which leaves no room in the context of {} tokens{}",
+            ids.len(),
+            context,
+            if args.context.is_some() {
+                " (--context)".to_string()
+            } else {
+                " (the model's training context; --context sets another)".to_string()
+            }
+        );
+    }
+    let max_tokens = if context > 0 {
+        let room = context - ids.len();
+        if args.n_predict > room {
+            eprintln!(
+                "note: the reply stops after {room} tokens, at the end of the context of {context} \
+                 tokens (prompt {} + -n {} would not fit)",
+                ids.len(),
+                args.n_predict
+            );
+        }
+        args.n_predict.min(room)
+    } else {
+        args.n_predict
+    };
     eprintln!(
         "loaded {} in {:.2}s (resident {}; {} layers, vocab {}, {} threads); prompt: {} tokens",
         args.model.display(),
@@ -118,7 +153,7 @@ pub fn run(args: Args) -> Result<()> {
         ids.len()
     );
     let params = GenerateParams {
-        max_tokens: args.n_predict,
+        max_tokens,
         sampling: SamplingParams {
             temperature: args.temperature,
             top_k: args.top_k,
@@ -176,7 +211,7 @@ pub fn run(args: Args) -> Result<()> {
             "end of generation ({})",
             tokenizer.token_text(t).unwrap_or("?")
         ),
-        StopReason::Length => format!("token limit {}", args.n_predict),
+        StopReason::Length => format!("token limit {max_tokens}"),
     };
     eprintln!(
         "prompt: {} tokens in {:.2}s ({:.1} tok/s); generation: {} tokens in {:.2}s ({:.1} tok/s); stopped at {}",

@@ -3,17 +3,23 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use redlite_server::{AppState, ServerConfig};
+use redlite_server::{AppState, Server, ServerConfig};
 
 #[derive(clap::Args)]
 #[command(
     after_long_help = "Example:\n  redlite serve Qwen3-Coder-Next-Q4_K_M.gguf --context 65536 --parallel 2\n  \
 then point a client at http://127.0.0.1:8080/v1 (see `redlite setup-pi` for pi).\n\n\
 Endpoints: POST /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /tokenize, /detokenize;\n\
-GET /v1/models, /health, /metrics."
+GET /v1/models, /health (503 {\"status\":\"loading\"} while the model loads), /metrics.\n\n\
+Security: on loopback, requests whose Host is not localhost or a loopback address with this port get 403\n\
+(--allowed-host adds names); requests from another site's Origin get 403 and no CORS headers are sent\n\
+unless --cors-origin; API POSTs need Content-Type: application/json (415). See the README's Security section.\n\n\
+Fixed limits: at most 16 stop strings per request, 4096 bytes together; integer fields at most 4294967295.\n\
+SIGINT/SIGTERM: stop accepting, end running streams with a final error event, exit within a few seconds;\n\
+a second signal exits at once."
 )]
 pub struct Args {
     /// GGUF model file (for a split model, any of its shards).
@@ -42,8 +48,14 @@ pub struct Args {
         env = "REDLITE_PARALLEL"
     )]
     pub parallel: usize,
-    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
-    #[arg(long, env = "REDLITE_API_KEY", hide_env_values = true)]
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes. The only
+    /// protection against other local users, and against the network when --host is not loopback.
+    #[arg(
+        long,
+        env = "REDLITE_API_KEY",
+        hide_env_values = true,
+        help_heading = "Security"
+    )]
     pub api_key: Option<String>,
     /// Memory for state snapshots reused across an agent's turns (e.g. 4GiB, 512MiB; 0 turns reuse off).
     #[arg(long, default_value = "4GiB", value_parser = parse_size, env = "REDLITE_STATE_CACHE")]
@@ -54,9 +66,24 @@ pub struct Args {
     /// Model id to report and accept (clients may send any id).
     #[arg(long, default_value = "qwen3-coder-next", env = "REDLITE_ALIAS")]
     pub alias: String,
-    /// Largest request body accepted (coding-agent histories are large).
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    /// Largest request body accepted (coding-agent histories are large); a larger one gets
+    /// 413 with the API's JSON error.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size, help_heading = "Limits")]
     pub max_body: usize,
+    /// Answer browsers from ORIGIN (e.g. https://app.example) with CORS headers; repeatable.
+    /// Without it no CORS headers are sent and requests carrying another site's Origin get 403.
+    /// `*` (any site) needs --cors-allow-any as well.
+    #[arg(long = "cors-origin", value_name = "ORIGIN", help_heading = "Security")]
+    pub cors_origins: Vec<String>,
+    /// Allow `--cors-origin '*'`: any web page may then drive the server and read its answers
+    /// (set --api-key too).
+    #[arg(long, help_heading = "Security")]
+    pub cors_allow_any: bool,
+    /// Also accept requests whose Host is NAME (a reverse proxy's name); repeatable. When
+    /// listening on loopback, only `localhost` and loopback addresses with the bound port are
+    /// accepted otherwise (403), which stops DNS-rebinding pages.
+    #[arg(long = "allowed-host", value_name = "NAME", help_heading = "Security")]
+    pub allowed_hosts: Vec<String>,
     /// Worker threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -71,8 +98,40 @@ pub struct Args {
     /// Most tokens drafted at once with --lookup.
     #[arg(long, default_value_t = 8, requires = "lookup")]
     pub draft_max: usize,
+    /// Seconds a client has to send a request's headers, from the connection opening or the end
+    /// of its previous response (so also how long an idle kept-alive connection stays open).
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds, help_heading = "Limits")]
+    pub header_timeout: Duration,
+    /// Seconds a client has to send a request's whole body (408 and the connection closed after).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, help_heading = "Limits")]
+    pub body_timeout: Duration,
+    /// Connections served at once; a connection beyond it is closed as soon as it is accepted
+    /// (those being served are unaffected).
+    #[arg(long, value_name = "N", default_value_t = 512, help_heading = "Limits")]
+    pub max_connections: usize,
+    /// Memory all request bodies being read or parsed may hold together (at least --max-body);
+    /// a body that does not fit waits for room (half --body-timeout, at most 5 s), then gets 503.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size, help_heading = "Limits")]
+    pub max_body_memory: usize,
+    /// Requests that may wait for a free slot (--parallel) at once; one more gets 503 with
+    /// Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 64, help_heading = "Limits")]
+    pub max_queue: usize,
     #[command(flatten)]
     pub load: crate::load::LoadArgs,
+}
+
+/// Seconds, whole or not (`10`, `0.5`), above zero.
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86400.0) {
+        return Err(format!("'{s}': give seconds above 0, at most 86400"));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 /// `4GiB`, `512MiB`, `100MB`, `1024`, `0`.
@@ -118,6 +177,20 @@ pub fn run(args: Args) -> Result<()> {
     if args.batch == Some(0) {
         bail!("--batch must be at least 1");
     }
+    for o in &args.cors_origins {
+        if o == "*" {
+            if !args.cors_allow_any {
+                bail!(
+                    "--cors-origin '*' lets every web page drive the server and read its answers; \
+                     add --cors-allow-any to mean it (and set --api-key)"
+                );
+            }
+        } else if !(o.starts_with("http://") || o.starts_with("https://"))
+            || o.contains(char::is_whitespace)
+        {
+            bail!("--cors-origin '{o}' is not an origin (scheme://host[:port], e.g. https://app.example)");
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
     let _ = tracing_subscriber::fmt()
@@ -126,10 +199,69 @@ pub fn run(args: Args) -> Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    let mut cfg = ServerConfig {
+        context: args.context,
+        parallel: args.parallel,
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        state_cache_bytes: args.state_cache,
+        checkpoint_interval: args.checkpoint_every,
+        alias: args.alias.clone(),
+        max_body_bytes: args.max_body,
+        prefill_chunk: 512,
+        lookup: args.lookup.then(|| redlite_engine::LookupParams {
+            max_draft: args.draft_max,
+            ..Default::default()
+        }),
+        cors_origins: args
+            .cors_origins
+            .iter()
+            .map(|o| o.trim_end_matches('/').to_string())
+            .collect(),
+        allowed_hosts: args.allowed_hosts.clone(),
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        max_connections: args.max_connections,
+        max_queue: args.max_queue,
+        body_memory_bytes: args.max_body_memory,
+    };
+
+    // The port first: a taken one fails now, not after a long load.
+    let addr = SocketAddr::new(args.host, args.port);
+    let server = Server::bind(addr, cfg.clone()).with_context(|| format!("listening on {addr}"))?;
+    eprintln!("listening on http://{}", server.addr());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let _guard = rt.enter();
+    rt.spawn(signals(server.clone()));
+    let serving = rt.spawn(server.clone().run(Duration::from_secs(3)));
+    eprintln!(
+        "loading {} (/health answers 503 until it is ready)",
+        args.model.display()
+    );
+
     let t0 = Instant::now();
-    let loaded = crate::load::load_model(&args.model, args.threads, &args.load)?;
+    let s = server.clone();
+    let loaded = crate::load::load_model_observed(
+        &args.model,
+        args.threads,
+        &args.load,
+        &mut |done, total| s.set_progress(done as f64 / total.max(1) as f64),
+    );
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            server.shutdown().begin();
+            return Err(e);
+        }
+    };
     let (model, threads) = (loaded.model, loaded.threads);
-    let batch = args.batch.unwrap_or_else(|| model.prefill_batch());
+    cfg.prefill_chunk = args.batch.unwrap_or_else(|| model.prefill_batch());
     if args.context > model.config().context_length {
         eprintln!(
             "warning: --context {} is beyond the model's training context of {} tokens",
@@ -137,25 +269,12 @@ pub fn run(args: Args) -> Result<()> {
             model.config().context_length
         );
     }
-    let cfg = ServerConfig {
-        context: args.context,
-        parallel: args.parallel,
-        api_key: args.api_key.filter(|k| !k.is_empty()),
-        state_cache_bytes: args.state_cache,
-        checkpoint_interval: args.checkpoint_every,
-        alias: args.alias,
-        max_body_bytes: args.max_body,
-        prefill_chunk: batch,
-        lookup: args.lookup.then(|| redlite_engine::LookupParams {
-            max_draft: args.draft_max,
-            ..Default::default()
-        }),
-    };
     let state_per_slot = model.new_state().bytes();
     let app = AppState::new(model, cfg.clone())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
+    server.set_app(Arc::new(app));
     eprintln!(
-        "loaded {} in {:.2}s ({} threads); context {} tokens, {} slot(s), recurrent state {:.1} MiB per slot, \
+        "ready: loaded {} in {:.2}s ({} threads); context {} tokens, {} slot(s), recurrent state {:.1} MiB per slot, \
          state cache {:.1} MiB{}",
         args.model.display(),
         t0.elapsed().as_secs_f64(),
@@ -166,17 +285,49 @@ pub fn run(args: Args) -> Result<()> {
         cfg.state_cache_bytes as f64 / 1048576.0,
         if cfg.api_key.is_some() { ", API key required" } else { "" }
     );
-    let addr = SocketAddr::new(args.host, args.port);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(redlite_server::serve(Arc::new(app), addr, |bound| {
-        eprintln!("listening on http://{bound}");
-    }))
-    .with_context(|| format!("serving on {addr}"))?;
+    let result = rt.block_on(serving);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+        .context("the server task failed")?
+        .with_context(|| format!("serving on {addr}"))?;
+    eprintln!("stopped");
     Ok(())
+}
+
+/// SIGINT / SIGTERM: the first stops the server (new connections refused,
+/// running generations ended, a bounded wait for them); a second, or the
+/// first while the model is still loading, exits at once.
+async fn signals(server: Arc<Server>) {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    async fn recv(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    loop {
+        let name = tokio::select! {
+            _ = recv(&mut int) => "SIGINT",
+            _ = recv(&mut term) => "SIGTERM",
+        };
+        if !server.loaded() {
+            eprintln!("{name} while loading: exiting");
+            std::process::exit(130);
+        }
+        if server.shutdown().begin() {
+            eprintln!(
+                "{name}: shutting down: no new connections, running requests are ended \
+                 (again to exit at once)"
+            );
+        } else {
+            eprintln!("{name} again: exiting now");
+            std::process::exit(130);
+        }
+    }
 }
 
 #[cfg(test)]

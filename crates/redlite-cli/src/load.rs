@@ -319,6 +319,17 @@ pub fn proc_status_bytes(key: &str) -> Option<u64> {
 /// on stderr (when it is a terminal) while the weights come in, and printing
 /// any load warning (e.g. a refused mlock).
 pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Result<Loaded> {
+    load_model_observed(path, threads, args, &mut |_, _| {})
+}
+
+/// [`load_model`], also telling `observe` the bytes read so far and the
+/// total (the server's `/health` reports it while loading).
+pub fn load_model_observed(
+    path: &Path,
+    threads: Option<usize>,
+    args: &LoadArgs,
+    observe: &mut dyn FnMut(u64, u64),
+) -> Result<Loaded> {
     let t = Instant::now();
     let backend =
         CpuBackend::with_options(&args.cpu_options(threads)).context("starting the CPU backend")?;
@@ -333,6 +344,7 @@ pub fn load_model(path: &Path, threads: Option<usize>, args: &LoadArgs) -> Resul
     let mut progress = |done: u64, total: u64| {
         bar.set_length(total);
         bar.set_position(done);
+        observe(done, total);
     };
     // On an explicit CUDA device a size budgets GPU memory for the experts;
     // the host keeps the whole file mapped.

@@ -86,6 +86,40 @@ fn synth_then_run_generates_text() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("top_p") && !err.contains("panicked"), "{err}");
+    // A prompt longer than the context is refused with both numbers.
+    let long = "word ".repeat(40);
+    let out = redlite(&["run", m, "-p", &long, "--context", "16"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("context of 16 tokens")
+            && err.contains("the prompt is ")
+            && !err.contains("panicked"),
+        "{err}"
+    );
+    let n: usize = err
+        .split("the prompt is ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    assert!(n >= 16, "{err}");
+    // A reply that would run past the context stops at its end, said so.
+    let (so, se) = ok(&redlite(&[
+        "run",
+        m,
+        "-p",
+        "hi",
+        "--context",
+        "12",
+        "-n",
+        "100",
+        "--ignore-eos",
+        "--temp",
+        "0",
+    ]));
+    assert!(se.contains("note: the reply stops after"), "{se}");
+    assert!(!so.is_empty());
     let out = redlite(&["run", "/nonexistent/model.gguf", "-p", "x"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("model.gguf"), "{err}");

@@ -30,12 +30,15 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let mut sent = false;
+            let mut base = None;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(addr) = line.strip_prefix("listening on ") {
-                        let _ = tx.send(addr.to_string());
-                        sent = true;
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    base = Some(addr.to_string());
+                }
+                // The port is bound before the model loads: wait for both.
+                if line.starts_with("ready: ") {
+                    if let Some(b) = base.take() {
+                        let _ = tx.send(b);
                     }
                 }
                 // Keep draining so the server never blocks on a full pipe;

@@ -117,8 +117,24 @@ impl Config {
                 format!("{n_rot} must be even and at most the head dim {head_dim}"),
             ));
         }
-        let rope_theta = f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32;
-        let rms_eps = f.require_f64(&key("attention.layer_norm_rms_epsilon"))? as f32;
+        let rope_theta = f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0);
+        if !(rope_theta.is_finite() && rope_theta > 0.0 && (rope_theta as f32).is_finite()) {
+            return Err(bad(
+                "rope.freq_base",
+                format!("{rope_theta} must be a finite positive number"),
+            ));
+        }
+        let rope_theta = rope_theta as f32;
+        let rms_eps = f.require_f64(&key("attention.layer_norm_rms_epsilon"))?;
+        // f32's smallest normal number: below it the epsilon vanishes
+        // against any realistic mean square.
+        if !(rms_eps.is_finite() && rms_eps >= f32::MIN_POSITIVE as f64 && rms_eps < 1.0) {
+            return Err(bad(
+                "attention.layer_norm_rms_epsilon",
+                format!("{rms_eps} must be a finite positive number below 1"),
+            ));
+        }
+        let rms_eps = rms_eps as f32;
         let n_expert = req("expert_count")?;
         let n_expert_used = req("expert_used_count")?;
         if n_expert_used > n_expert {
@@ -157,10 +173,13 @@ impl Config {
                         "expected an array of bools or integers".into(),
                     )
                 })?;
-                if v.len() < n_layer {
+                if v.len() != block_count {
                     return Err(bad(
                         "attention.recurrent_layers",
-                        format!("{} entries for {n_layer} layers", v.len()),
+                        format!(
+                            "{} entries, but block_count is {block_count} (one entry per block)",
+                            v.len()
+                        ),
                     ));
                 }
                 v[..n_layer].iter().map(|&x| x != 0).collect()

@@ -1,7 +1,7 @@
 //! Malformed or unsupported files give errors naming the tensor or key,
 //! never a panic. Each case is a copy of tiny-s-bf16.gguf with one change.
 
-use redlite_gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
+use redlite_gguf::{GgmlType, GgufFile, GgufWriter, MetaArray, MetaValue};
 use redlite_model::{Model, ModelError};
 use redlite_testkit::fixture;
 
@@ -144,6 +144,38 @@ fn missing_key_is_named() {
         keep_tensor,
     ));
     assert!(e.contains("qwen3next.ssm.state_size"), "{e}");
+}
+
+/// Hyper-parameters that would load and compute garbage: each is refused
+/// with an error naming the key.
+#[test]
+fn bad_hyper_parameters_are_named() {
+    let set = |key: &'static str, val: MetaValue| {
+        move |k: &str, v: &MetaValue| Some(if k == key { val.clone() } else { v.clone() })
+    };
+    let eps = "qwen3next.attention.layer_norm_rms_epsilon";
+    for bad in [f32::NAN, f32::INFINITY, 0.0, -1e-6] {
+        let e = err_text(load_modified(set(eps, MetaValue::F32(bad)), keep_tensor));
+        assert!(e.contains(eps), "{bad}: {e}");
+    }
+    let base = "qwen3next.rope.freq_base";
+    for bad in [0.0, -10000.0, f32::NAN, f32::INFINITY] {
+        let e = err_text(load_modified(set(base, MetaValue::F32(bad)), keep_tensor));
+        assert!(e.contains(base), "{bad}: {e}");
+    }
+    // The layer schedule has one entry per block (tiny-s has 4).
+    let rl = "qwen3next.attention.recurrent_layers";
+    for n in [3, 5] {
+        let arr = MetaValue::Array(MetaArray::Bool(vec![true; n]));
+        let e = err_text(load_modified(set(rl, arr), keep_tensor));
+        assert!(e.contains(rl) && e.contains("block_count is 4"), "{n}: {e}");
+    }
+    let hk = "qwen3next.attention.head_count_kv";
+    let e = err_text(load_modified(set(hk, MetaValue::U32(3)), keep_tensor));
+    assert!(e.contains(hk), "{e}");
+    // The unmodified values load (the checks are not over-eager).
+    let ok = MetaValue::Array(MetaArray::Bool(vec![true, true, true, false]));
+    load_modified(set(rl, ok), keep_tensor).expect("the fixture's own schedule loads");
 }
 
 #[test]

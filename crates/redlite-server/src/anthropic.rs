@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::fields::*;
-use crate::openai::{render_chat, sampling, ChatPrompt, ToolChoice};
+use crate::openai::{blocking, object_schema, render_chat, sampling, ChatPrompt, ToolChoice};
 use crate::pipeline::ChatOutput;
 use crate::run::{respond, Chunk, End, EndReason, Format};
 use crate::{body_bytes, new_id, App};
@@ -196,7 +196,10 @@ fn to_chat_tools(o: &Obj) -> Result<Vec<Value>, ApiError> {
                 _ => return Err(bad("'name' must be a non-empty string")),
             };
             let schema = match t.get("input_schema") {
-                Some(Value::Object(s)) => Value::Object(s.clone()),
+                Some(v @ Value::Object(_)) => {
+                    object_schema(v).map_err(|m| bad(&format!("'input_schema' {m}")))?;
+                    v.clone()
+                }
                 _ => return Err(bad("'input_schema' must be a JSON Schema object")),
             };
             let mut f = Map::new();
@@ -451,12 +454,39 @@ pub async fn messages(
     inner(app, body).await.map_err(ApiError::anthropic)
 }
 
+/// Fields `/v1/messages` and `count_tokens` read; any other is skipped
+/// unparsed.
+const MESSAGES_FIELDS: &[&str] = &[
+    "system",
+    "messages",
+    "tools",
+    "tool_choice",
+    "max_tokens",
+    "stream",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+];
+
 async fn inner(app: App, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+    let a = app.clone();
+    let (id, req, fmt, stream) = blocking(move || prepare_messages(&a, &bytes)).await?;
+    respond(app, id, req, fmt, stream).await
+}
+
+fn prepare_messages(
+    app: &App,
+    bytes: &[u8],
+) -> Result<(String, Request, MessagesFormat, bool), ApiError> {
+    let o = parse_known(bytes, MESSAGES_FIELDS)?;
     let max_tokens = opt_usize(&o, "max_tokens")?
         .ok_or_else(|| ApiError::param("max_tokens", "'max_tokens' is required"))?;
-    let (prompt, tools, choice) = prepare(&app, &o)?;
-    let sampling = sampling(&o, &app)?;
+    let (prompt, tools, choice) = prepare(app, &o)?;
+    let sampling = sampling(&o, app)?;
     let stream = opt_bool(&o, "stream")?.unwrap_or(false);
     let stops = stop_strings(&o, "stop_sequences")?;
     let max_tokens = app.budget(prompt.ids.len(), Some(max_tokens), "max_tokens")?;
@@ -485,7 +515,7 @@ async fn inner(app: App, body: Result<Bytes, BytesRejection>) -> Result<Response
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
     };
-    respond(app, id, req, fmt, stream).await
+    Ok((id, req, fmt, stream))
 }
 
 /// `POST /v1/messages/count_tokens`.
@@ -493,12 +523,17 @@ pub async fn count_tokens(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = || -> Result<Json<Value>, ApiError> {
-        let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
-        let (prompt, _, _) = prepare(&app, &o)?;
-        Ok(Json(json!({"input_tokens": prompt.ids.len()})))
+    let run = async {
+        let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+        let n = blocking(move || {
+            let o = parse_known(&bytes, MESSAGES_FIELDS)?;
+            let (prompt, _, _) = prepare(&app, &o)?;
+            Ok(prompt.ids.len())
+        })
+        .await?;
+        Ok(Json(json!({ "input_tokens": n })))
     };
-    run().map_err(ApiError::anthropic)
+    run.await.map_err(ApiError::anthropic)
 }
 
 #[cfg(test)]

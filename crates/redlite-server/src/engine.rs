@@ -3,7 +3,7 @@
 //! never runs on the async runtime.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +47,18 @@ impl Sink for ChannelSink {
 pub struct EngineHandle {
     jobs: std_mpsc::Sender<Job>,
     status: Arc<Mutex<EngineStatus>>,
+    /// Requests submitted and not yet in a slot (or dropped).
+    pending: Arc<AtomicUsize>,
+    slots: usize,
+}
+
+/// Why a request was not queued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// This many requests already wait for a slot (the queue bound).
+    QueueFull(usize),
+    /// The compute thread is gone.
+    Stopped,
 }
 
 /// A submitted request: its events, and the switch that stops it.
@@ -62,28 +74,44 @@ impl Drop for Submitted {
 }
 
 impl EngineHandle {
-    /// Start the compute thread around `scheduler`.
-    pub fn spawn(scheduler: Scheduler) -> std::io::Result<EngineHandle> {
+    /// Start the compute thread around `scheduler`, which has `slots`
+    /// sequences.
+    pub fn spawn(scheduler: Scheduler, slots: usize) -> std::io::Result<EngineHandle> {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let status = Arc::new(Mutex::new(EngineStatus::default()));
+        let pending = Arc::new(AtomicUsize::new(0));
         let st = status.clone();
+        let p = pending.clone();
         std::thread::Builder::new()
             .name("redlite-engine".into())
-            .spawn(move || run(scheduler, rx, st))?;
-        Ok(EngineHandle { jobs: tx, status })
+            .spawn(move || run(scheduler, rx, st, p))?;
+        Ok(EngineHandle {
+            jobs: tx,
+            status,
+            pending,
+            slots,
+        })
     }
 
-    /// Queue a request (first come, first served).
-    pub fn submit(&self, req: Request) -> Result<Submitted, String> {
+    /// Queue a request (first come, first served), unless `max_queue`
+    /// requests already wait for a slot beyond the free ones.
+    pub fn submit(&self, req: Request, max_queue: usize) -> Result<Submitted, SubmitError> {
+        let free = self.slots.saturating_sub(self.status().running);
+        let waiting = self.pending.load(Ordering::Relaxed);
+        if waiting >= free + max_queue {
+            return Err(SubmitError::QueueFull(waiting.saturating_sub(free)));
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let sink = ChannelSink {
             tx,
             cancel: cancel.clone(),
         };
-        self.jobs
-            .send(Job { req, sink })
-            .map_err(|_| "the engine thread has stopped".to_string())?;
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        if self.jobs.send(Job { req, sink }).is_err() {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
+            return Err(SubmitError::Stopped);
+        }
         if let Ok(mut s) = self.status.lock() {
             s.waiting += 1;
         }
@@ -95,7 +123,12 @@ impl EngineHandle {
     }
 }
 
-fn run(mut sched: Scheduler, rx: std_mpsc::Receiver<Job>, status: Arc<Mutex<EngineStatus>>) {
+fn run(
+    mut sched: Scheduler,
+    rx: std_mpsc::Receiver<Job>,
+    status: Arc<Mutex<EngineStatus>>,
+    pending: Arc<AtomicUsize>,
+) {
     let mut queue: VecDeque<Job> = VecDeque::new();
     loop {
         // Take what has arrived; block only when there is nothing to do.
@@ -109,13 +142,19 @@ fn run(mut sched: Scheduler, rx: std_mpsc::Receiver<Job>, status: Arc<Mutex<Engi
             queue.push_back(j);
         }
         // Requests whose client left while queued never start.
+        let before = queue.len();
         queue.retain(|j| !j.sink.cancelled());
+        let mut left = before - queue.len();
         while sched.has_free_slot() {
             match queue.pop_front() {
-                Some(j) => sched.admit(j.req, Box::new(j.sink)),
+                Some(j) => {
+                    left += 1;
+                    sched.admit(j.req, Box::new(j.sink));
+                }
                 None => break,
             }
         }
+        pending.fetch_sub(left, Ordering::Relaxed);
         publish(&sched, queue.len(), &status);
         sched.step();
         publish(&sched, queue.len(), &status);

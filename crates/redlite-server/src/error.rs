@@ -72,6 +72,29 @@ impl ApiError {
         e
     }
 
+    /// 403: the Host or Origin check refused the request.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
+    /// 415: an API POST without `Content-Type: application/json`.
+    pub fn unsupported_media(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    /// 405: the route exists, not with this method.
+    pub fn method_not_allowed(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            message,
+        )
+    }
+
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }

@@ -15,14 +15,15 @@
 //! agent's next turn only prefills its new tokens.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -30,8 +31,7 @@ use redlite_chat::template::ChatTemplate;
 use redlite_engine::{SamplingParams, Scheduler, SchedulerConfig};
 use redlite_model::Model;
 use redlite_tokenizer::Tokenizer;
-use tower_http::cors::{Any, CorsLayer};
-use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 pub mod anthropic;
@@ -40,13 +40,16 @@ pub mod error;
 pub mod fields;
 pub mod metrics;
 pub mod misc;
+pub mod net;
 pub mod openai;
 pub mod pi;
 pub mod pipeline;
 pub mod run;
+pub mod security;
 
 pub use engine::EngineHandle;
 pub use error::{ApiError, Flavor};
+pub use net::{Server, Shutdown};
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -69,6 +72,24 @@ pub struct ServerConfig {
     pub prefill_chunk: usize,
     /// Prompt-lookup speculative decoding for every request.
     pub lookup: Option<redlite_engine::LookupParams>,
+    /// Origins answered with CORS headers (`*`: any). Empty: no CORS
+    /// headers at all, and requests carrying another site's `Origin` are
+    /// refused.
+    pub cors_origins: Vec<String>,
+    /// Host names accepted besides `localhost` and loopback literals when
+    /// listening on loopback (a reverse proxy's name).
+    pub allowed_hosts: Vec<String>,
+    /// Time to send a request's head (also the idle keep-alive timeout).
+    pub header_timeout: Duration,
+    /// Time to send a request's whole body.
+    pub body_timeout: Duration,
+    /// Open connections served at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Requests waiting for a slot beyond which new ones get 503.
+    pub max_queue: usize,
+    /// Bytes all request bodies being read or parsed may hold together
+    /// (each also costs up to 1.5 times its size once parsed).
+    pub body_memory_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +104,13 @@ impl Default for ServerConfig {
             max_body_bytes: 64 << 20,
             prefill_chunk: 512,
             lookup: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 512,
+            max_queue: 64,
+            body_memory_bytes: 1 << 30,
         }
     }
 }
@@ -106,6 +134,13 @@ pub struct AppState {
     /// The model (shared with the compute thread) for what `/metrics`
     /// reads directly, such as the expert cache's counters.
     pub model: Arc<Model>,
+    /// The address the server listens on, once bound (the Host check
+    /// compares against it; unknown in in-process tests).
+    pub bound: OnceLock<SocketAddr>,
+    /// The server's shutdown switch, once it serves.
+    pub shutdown: OnceLock<Shutdown>,
+    /// Room for request bodies in flight, in KiB (`body_memory_bytes`).
+    pub body_budget: Arc<tokio::sync::Semaphore>,
 }
 
 pub type App = Arc<AppState>;
@@ -127,6 +162,8 @@ impl AppState {
             .sum::<u64>();
         let backend = model.backend().name();
         let eog = tokenizer.eog_ids().to_vec();
+        // At least one largest body always fits.
+        let cfg_body_kib = cfg.body_memory_bytes.max(cfg.max_body_bytes).div_ceil(1024);
         let model = Arc::new(model);
         let sched = Scheduler::new(
             model.clone(),
@@ -138,8 +175,8 @@ impl AppState {
                 state_cache_bytes: cfg.state_cache_bytes,
             },
         );
-        let engine =
-            EngineHandle::spawn(sched).map_err(|e| format!("starting the engine thread: {e}"))?;
+        let engine = EngineHandle::spawn(sched, cfg.parallel.max(1))
+            .map_err(|e| format!("starting the engine thread: {e}"))?;
         Ok(AppState {
             cfg,
             tokenizer: Arc::new(tokenizer),
@@ -154,7 +191,20 @@ impl AppState {
             model,
             created: now(),
             backend,
+            bound: OnceLock::new(),
+            shutdown: OnceLock::new(),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                (cfg_body_kib).clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
         })
+    }
+
+    /// Resolves once the server is shutting down (never without one).
+    pub async fn stopping(&self) {
+        match self.shutdown.get() {
+            Some(s) => s.wait().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Check a prompt against the context and turn a requested reply length
@@ -235,7 +285,9 @@ pub fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<B
     })
 }
 
-/// Every route, with its layers.
+/// Every route, with its layers (outermost last): tracing, the Host and
+/// Origin checks, CORS (only with `--cors-origin`), body limits, metrics;
+/// the API routes add the key check and the JSON content-type check.
 pub fn router(app: App) -> Router {
     let limit = app.cfg.max_body_bytes;
     let api = Router::new()
@@ -248,33 +300,63 @@ pub fn router(app: App) -> Router {
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
         .route("/metrics", get(metrics::metrics))
-        .layer(middleware::from_fn_with_state(app.clone(), auth));
-    Router::new()
+        .layer(middleware::from_fn_with_state(app.clone(), net::read_body))
+        .layer(middleware::from_fn(security::require_json))
+        .layer(middleware::from_fn_with_state(app.clone(), security::auth));
+    let mut r = Router::new()
         .route("/health", get(misc::health))
         .route("/v1/health", get(misc::health))
         .route("/v1/models", get(misc::models))
         .route("/models", get(misc::models))
         .merge(api)
         .fallback(misc::not_found)
+        .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), metrics::count))
-        .layer(middleware::map_response(move |r: Response| {
-            json_413(r, limit)
-        }))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(RequestBodyLimitLayer::new(limit))
-        .layer(
-            CorsLayer::new()
-                .allow_origin(Any)
-                .allow_methods(Any)
-                .allow_headers(Any),
+        .layer(middleware::from_fn_with_state(app.clone(), json_413));
+    if let Some(cors) = cors_layer(&app.cfg.cors_origins) {
+        r = r.layer(cors);
+    }
+    r.layer(middleware::from_fn_with_state(
+        app.clone(),
+        security::host_check,
+    ))
+    .layer(TraceLayer::new_for_http())
+    .with_state(app)
+}
+
+/// CORS headers for the `--cors-origin` origins (none when empty).
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
         )
-        .layer(TraceLayer::new_for_http())
-        .with_state(app)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers(tower_http::cors::AllowHeaders::mirror_request())
+            .max_age(std::time::Duration::from_secs(600)),
+    )
 }
 
 /// The body-limit layer answers in plain text; clients expect the JSON
-/// error shape.
-async fn json_413(r: Response, limit: usize) -> Response {
+/// error shape (OpenAI's, or Anthropic's on its routes).
+async fn json_413(
+    axum::extract::State(app): axum::extract::State<App>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let flavor = security::flavor_of(req.uri().path());
+    let r = next.run(req).await;
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE
         && !r
             .headers()
@@ -282,65 +364,30 @@ async fn json_413(r: Response, limit: usize) -> Response {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"))
     {
-        return ApiError::too_large(limit).into_response();
+        return ApiError::too_large(app.cfg.max_body_bytes)
+            .with_flavor(flavor)
+            .into_response();
     }
     r
 }
 
-/// `--api-key`: `Authorization: Bearer <key>` or `x-api-key: <key>`.
-async fn auth(
-    State(app): State<App>,
-    headers: HeaderMap,
-    req: HttpRequest,
-    next: Next,
-) -> Response {
-    if let Some(key) = &app.cfg.api_key {
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        let ok = [bearer, x_key]
-            .iter()
-            .flatten()
-            .any(|k| constant_time_eq(k.as_bytes(), key.as_bytes()));
-        if !ok {
-            let flavor = if req.uri().path().starts_with("/v1/messages") {
-                Flavor::Anthropic
-            } else {
-                Flavor::OpenAi
-            };
-            return ApiError::unauthorized().with_flavor(flavor).into_response();
-        }
-    }
-    next.run(req).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Bind `addr` and serve until Ctrl-C. `on_bound` gets the bound address
-/// (useful with port 0).
+/// Bind `addr` and serve `app` until Ctrl-C (then drain for up to 5 s).
+/// `on_bound` gets the bound address (useful with port 0).
 pub async fn serve(
     app: App,
     addr: SocketAddr,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    on_bound(listener.local_addr()?);
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    let server = Server::bind(addr, app.cfg.clone())?;
+    server.set_app(app);
+    on_bound(server.addr());
+    let stop = server.shutdown().clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            stop.begin();
+        }
+    });
+    server.run(Duration::from_secs(5)).await
 }
 
 /// The tiny fixture model behind an [`AppState`], for unit tests.

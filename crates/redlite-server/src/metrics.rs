@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::run::{StreamOutcome, STATUS_CANCELLED};
 use crate::App;
 
 /// Counters the handlers update (the engine's own totals come from its
@@ -30,23 +31,62 @@ impl Metrics {
         }
     }
 
+    pub fn request(&self, endpoint: String, status: u16) {
+        if let Ok(mut m) = self.requests.lock() {
+            *m.entry((endpoint, status)).or_default() += 1;
+        }
+    }
+
     pub fn context_seen(&self, n: usize) {
         self.context_max.fetch_max(n as u64, Ordering::Relaxed);
     }
 }
 
-/// Middleware counting finished requests by route and status.
+/// Middleware counting finished requests by route and status. A streamed
+/// response is counted when its stream ends (200, or 499 when cancelled);
+/// a request whose client left before the answer is counted as 499.
 pub async fn count(State(app): State<App>, req: Request, next: Next) -> Response {
     let endpoint = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "other".into());
+    let mut guard = Pending {
+        app: app.clone(),
+        endpoint: Some(endpoint),
+    };
     let r = next.run(req).await;
-    if let Ok(mut m) = app.metrics.requests.lock() {
-        *m.entry((endpoint, r.status().as_u16())).or_default() += 1;
+    let Some(endpoint) = guard.endpoint.take() else {
+        return r;
+    };
+    let later = r
+        .extensions()
+        .get::<Arc<StreamOutcome>>()
+        .and_then(|o| o.0.lock().ok().and_then(|mut g| g.take()));
+    match later {
+        Some(rx) => {
+            tokio::spawn(async move {
+                let status = rx.await.unwrap_or(STATUS_CANCELLED);
+                app.metrics.request(endpoint, status);
+            });
+        }
+        None => app.metrics.request(endpoint, r.status().as_u16()),
     }
     r
+}
+
+/// Counts a request dropped before it was answered (its client left).
+struct Pending {
+    app: App,
+    endpoint: Option<String>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(e) = self.endpoint.take() {
+            self.app.metrics.request(e, STATUS_CANCELLED);
+        }
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -66,144 +106,160 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         esc(&app.backend),
         esc(&app.cfg.alias)
     );
-    let mut g = |name: &str, kind: &str, help: &str, v: String| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    };
-    g(
-        "redlite_prompt_tokens_total",
-        "counter",
-        "Prompt tokens evaluated (prefill work done).",
-        s.prompt_tokens_evaluated.to_string(),
-    );
-    g(
-        "redlite_prompt_tokens_cached_total",
-        "counter",
-        "Prompt tokens skipped thanks to state reuse.",
-        s.prompt_tokens_cached.to_string(),
-    );
-    g(
-        "redlite_generation_tokens_total",
-        "counter",
-        "Tokens generated.",
-        s.generated_tokens.to_string(),
-    );
-    g(
-        "redlite_prefill_seconds_total",
-        "counter",
-        "Compute time spent in prefill.",
-        format!("{:.6}", s.prefill_seconds),
-    );
-    g(
-        "redlite_decode_seconds_total",
-        "counter",
-        "Compute time spent in decode steps.",
-        format!("{:.6}", s.decode_seconds),
-    );
-    g(
-        "redlite_decode_steps_total",
-        "counter",
-        "Batched decode steps run.",
-        s.decode_steps.to_string(),
-    );
     let rate = |n: u64, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
-    g(
-        "redlite_prompt_tokens_per_second",
-        "gauge",
-        "Average prefill speed since start.",
-        format!("{:.3}", rate(s.prompt_tokens_evaluated, s.prefill_seconds)),
-    );
-    g(
-        "redlite_generation_tokens_per_second",
-        "gauge",
-        "Average decode speed since start (all sequences together).",
-        format!("{:.3}", rate(s.generated_tokens, s.decode_seconds)),
-    );
-    g(
-        "redlite_spec_drafts_total",
-        "counter",
-        "Speculative verify passes (prompt lookup).",
-        s.spec_rounds.to_string(),
-    );
-    g(
-        "redlite_spec_draft_tokens_total",
-        "counter",
-        "Tokens drafted by prompt lookup.",
-        s.spec_drafted.to_string(),
-    );
-    g(
-        "redlite_spec_accepted_tokens_total",
-        "counter",
-        "Drafted tokens accepted.",
-        s.spec_accepted.to_string(),
-    );
-    g(
-        "redlite_requests_running",
-        "gauge",
-        "Requests in a slot.",
-        st.running.to_string(),
-    );
-    g(
-        "redlite_requests_waiting",
-        "gauge",
-        "Requests queued for a slot.",
-        st.waiting.to_string(),
-    );
-    g(
-        "redlite_slots_total",
-        "gauge",
-        "Sequences decoded together (--parallel).",
-        app.cfg.parallel.to_string(),
-    );
-    g(
-        "redlite_state_snapshots",
-        "gauge",
-        "State snapshots held for reuse.",
-        st.snapshots.to_string(),
-    );
-    g(
-        "redlite_state_snapshot_bytes",
-        "gauge",
-        "Bytes held by state snapshots.",
-        st.snapshot_bytes.to_string(),
-    );
-    g(
-        "redlite_state_cache_budget_bytes",
-        "gauge",
-        "Byte budget of the state-snapshot store (--state-cache).",
-        app.cfg.state_cache_bytes.to_string(),
-    );
-    g(
-        "redlite_context_tokens_max",
-        "gauge",
-        "Largest context (prompt + reply) seen.",
-        app.metrics.context_max.load(Ordering::Relaxed).to_string(),
-    );
-    if let Some(ec) = app.model.expert_cache_stats() {
+    const C: &str = "counter";
+    const G: &str = "gauge";
+    // (name, type, help, value), one per series.
+    let mut rows: Vec<(&str, &str, &str, String)> = vec![
+        (
+            "redlite_prompt_tokens_total",
+            C,
+            "Prompt tokens evaluated (prefill work done).",
+            s.prompt_tokens_evaluated.to_string(),
+        ),
+        (
+            "redlite_prompt_tokens_cached_total",
+            C,
+            "Prompt tokens skipped thanks to state reuse.",
+            s.prompt_tokens_cached.to_string(),
+        ),
+        (
+            "redlite_generation_tokens_total",
+            C,
+            "Tokens generated.",
+            s.generated_tokens.to_string(),
+        ),
+        (
+            "redlite_prefill_seconds_total",
+            C,
+            "Compute time spent in prefill.",
+            format!("{:.6}", s.prefill_seconds),
+        ),
+        (
+            "redlite_decode_seconds_total",
+            C,
+            "Compute time spent in decode steps.",
+            format!("{:.6}", s.decode_seconds),
+        ),
+        (
+            "redlite_decode_steps_total",
+            C,
+            "Batched decode steps run.",
+            s.decode_steps.to_string(),
+        ),
+        (
+            "redlite_prompt_tokens_per_second",
+            G,
+            "Average prefill speed since start.",
+            format!("{:.3}", rate(s.prompt_tokens_evaluated, s.prefill_seconds)),
+        ),
+        (
+            "redlite_generation_tokens_per_second",
+            G,
+            "Average decode speed since start (all sequences together).",
+            format!("{:.3}", rate(s.generated_tokens, s.decode_seconds)),
+        ),
+        (
+            "redlite_spec_drafts_total",
+            C,
+            "Speculative verify passes (prompt lookup).",
+            s.spec_rounds.to_string(),
+        ),
+        (
+            "redlite_spec_draft_tokens_total",
+            C,
+            "Tokens drafted by prompt lookup.",
+            s.spec_drafted.to_string(),
+        ),
+        (
+            "redlite_spec_accepted_tokens_total",
+            C,
+            "Drafted tokens accepted.",
+            s.spec_accepted.to_string(),
+        ),
+        (
+            "redlite_requests_running",
+            G,
+            "Requests in a slot.",
+            st.running.to_string(),
+        ),
+        (
+            "redlite_requests_waiting",
+            G,
+            "Requests queued for a slot.",
+            st.waiting.to_string(),
+        ),
+        (
+            "redlite_queue_limit",
+            G,
+            "Requests that may wait for a slot (--max-queue).",
+            app.cfg.max_queue.to_string(),
+        ),
+        (
+            "redlite_slots_total",
+            G,
+            "Sequences decoded together (--parallel).",
+            app.cfg.parallel.to_string(),
+        ),
+        (
+            "redlite_state_snapshots",
+            G,
+            "State snapshots held for reuse.",
+            st.snapshots.to_string(),
+        ),
+        (
+            "redlite_state_snapshot_bytes",
+            G,
+            "Bytes held by state snapshots.",
+            st.snapshot_bytes.to_string(),
+        ),
+        (
+            "redlite_state_cache_budget_bytes",
+            G,
+            "Byte budget of the state-snapshot store (--state-cache).",
+            app.cfg.state_cache_bytes.to_string(),
+        ),
+        (
+            "redlite_context_tokens_max",
+            G,
+            "Largest context (prompt + reply) seen.",
+            app.metrics.context_max.load(Ordering::Relaxed).to_string(),
+        ),
+    ];
+    let ec = app.model.expert_cache_stats();
+    if let Some(ec) = &ec {
         let t = ec.total();
-        g(
-            "redlite_expert_cache_budget_bytes",
-            "gauge",
-            "Byte budget of the routed-expert cache.",
-            ec.budget.to_string(),
-        );
-        g(
-            "redlite_expert_cache_resident_bytes",
-            "gauge",
-            "Bytes of the experts held in the cache now.",
-            ec.resident_bytes.to_string(),
-        );
-        g(
-            "redlite_expert_cache_hit_rate",
-            "gauge",
-            "Expert uses served from the cache, as a fraction of all uses so far.",
-            format!("{}", t.hit_rate()),
-        );
-        g(
-            "redlite_expert_cache_stall_seconds_total",
-            "counter",
-            "Time the forward pass waited on expert reads.",
-            format!("{}", t.stall.as_secs_f64()),
-        );
+        rows.extend([
+            (
+                "redlite_expert_cache_budget_bytes",
+                G,
+                "Byte budget of the routed-expert cache.",
+                ec.budget.to_string(),
+            ),
+            (
+                "redlite_expert_cache_resident_bytes",
+                G,
+                "Bytes of the experts held in the cache now.",
+                ec.resident_bytes.to_string(),
+            ),
+            (
+                "redlite_expert_cache_hit_rate",
+                G,
+                "Expert uses served from the cache, as a fraction of all uses so far.",
+                format!("{}", t.hit_rate()),
+            ),
+            (
+                "redlite_expert_cache_stall_seconds_total",
+                C,
+                "Time the forward pass waited on expert reads.",
+                format!("{}", t.stall.as_secs_f64()),
+            ),
+        ]);
+    }
+    for (name, kind, help, v) in &rows {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    if let Some(ec) = &ec {
         let per_layer = [
             (
                 "redlite_expert_cache_hits_total",

@@ -9,7 +9,8 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::fields::{opt_array, opt_bool, opt_str, parse_body};
+use crate::fields::{opt_array, opt_bool, opt_str, parse_known};
+use crate::openai::blocking;
 use crate::{body_bytes, App};
 
 pub async fn health() -> Json<Value> {
@@ -49,12 +50,29 @@ pub async fn not_found(uri: Uri) -> Response {
         .into_response()
 }
 
+/// A known route with the wrong method: 405 with the JSON error shape.
+pub async fn method_not_allowed(method: axum::http::Method, uri: Uri) -> Response {
+    ApiError::method_not_allowed(format!("{} does not accept {method}", uri.path()))
+        .with_flavor(crate::security::flavor_of(uri.path()))
+        .into_response()
+}
+
 /// `{content, add_special?, parse_special?, with_pieces?}` → `{tokens}`.
 pub async fn tokenize(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+    blocking(move || tokenize_body(&app, &bytes))
+        .await
+        .map(Json)
+}
+
+fn tokenize_body(app: &App, bytes: &[u8]) -> Result<Value, ApiError> {
+    let o = parse_known(
+        bytes,
+        &["content", "add_special", "parse_special", "with_pieces"],
+    )?;
     let content = opt_str(&o, "content")?
         .ok_or_else(|| ApiError::param("content", "'content' is required"))?;
     let add_special = opt_bool(&o, "add_special")?.unwrap_or(false);
@@ -63,7 +81,7 @@ pub async fn tokenize(
     let tok = &app.tokenizer;
     let ids = tok.tokenize(content, add_special && tok.add_bos(), parse_special);
     if !with_pieces {
-        return Ok(Json(json!({ "tokens": ids })));
+        return Ok(json!({ "tokens": ids }));
     }
     let pieces: Vec<Value> = ids
         .iter()
@@ -76,7 +94,7 @@ pub async fn tokenize(
             json!({"id": id, "piece": piece})
         })
         .collect();
-    Ok(Json(json!({ "tokens": pieces })))
+    Ok(json!({ "tokens": pieces }))
 }
 
 /// `{tokens}` → `{content}`.
@@ -84,15 +102,19 @@ pub async fn detokenize(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
-    let toks = opt_array(&o, "tokens")?
-        .ok_or_else(|| ApiError::param("tokens", "'tokens' is required"))?;
-    let ids = token_ids(toks, "tokens", app.n_vocab)?;
-    let content = app
-        .tokenizer
-        .decode(&ids)
-        .map_err(|e| ApiError::param("tokens", e.to_string()))?;
-    Ok(Json(json!({ "content": content })))
+    let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+    blocking(move || {
+        let o = parse_known(&bytes, &["tokens"])?;
+        let toks = opt_array(&o, "tokens")?
+            .ok_or_else(|| ApiError::param("tokens", "'tokens' is required"))?;
+        let ids = token_ids(toks, "tokens", app.n_vocab)?;
+        let content = app
+            .tokenizer
+            .decode(&ids)
+            .map_err(|e| ApiError::param("tokens", e.to_string()))?;
+        Ok(Json(json!({ "content": content })))
+    })
+    .await
 }
 
 /// An array of token ids, each checked against the vocabulary.

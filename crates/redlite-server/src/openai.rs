@@ -91,13 +91,105 @@ pub fn tools(o: &Obj) -> Result<Vec<Value>, ApiError> {
             Some(Value::String(n)) if !n.is_empty() && n.len() <= 256 => {}
             _ => return Err(bad("'function.name' must be a non-empty string")),
         }
-        match f.get("parameters") {
-            None | Some(Value::Null) | Some(Value::Object(_)) => {}
-            Some(_) => return Err(bad("'function.parameters' must be a JSON Schema object")),
+        if let Some(p) = f.get("parameters").filter(|p| !p.is_null()) {
+            object_schema(p).map_err(|m| bad(&format!("'function.parameters' {m}")))?;
         }
     }
     Ok(arr.clone())
 }
+
+/// A tool's parameters must be a JSON Schema for an object (`{}`, or a
+/// schema whose `type` is `"object"`): the template lists them as named
+/// arguments and the tool-call parser reads them back that way.
+pub fn object_schema(p: &Value) -> Result<(), String> {
+    let Value::Object(m) = p else {
+        return Err(format!("must be a JSON Schema object, got {}", kind(p)));
+    };
+    match m.get("type") {
+        None => Ok(()),
+        Some(Value::String(t)) if t == "object" => Ok(()),
+        Some(t) => Err(format!(
+            "must be a JSON Schema with \"type\": \"object\", got \"type\": {t}"
+        )),
+    }
+}
+
+/// The roles a chat message may have.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// Each message is an object with a known role.
+fn check_messages(messages: &[Value]) -> Result<(), ApiError> {
+    for (i, m) in messages.iter().enumerate() {
+        let Value::Object(m) = m else {
+            return Err(ApiError::param(
+                "messages",
+                format!("'messages[{i}]' must be an object, got {}", kind(m)),
+            ));
+        };
+        match m.get("role") {
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => {}
+            Some(Value::String(r)) => {
+                return Err(ApiError::param(
+                    "messages",
+                    format!(
+                        "'messages[{i}].role' is '{r}'; it must be one of {}",
+                        ROLES.join(", ")
+                    ),
+                ))
+            }
+            _ => {
+                return Err(ApiError::param(
+                    "messages",
+                    format!("'messages[{i}].role' is required (a string)"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fields `/v1/chat/completions` reads; any other is skipped unparsed.
+const CHAT_FIELDS: &[&str] = &[
+    "messages",
+    "tools",
+    "tool_choice",
+    "n",
+    "response_format",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "logprobs",
+    "top_logprobs",
+    "stream",
+    "stream_options",
+    "stop",
+    "max_completion_tokens",
+    "max_tokens",
+    "chat_template_kwargs",
+    "ignore_eos",
+];
+
+/// Fields `/v1/completions` reads.
+const COMPLETION_FIELDS: &[&str] = &[
+    "prompt",
+    "suffix",
+    "n",
+    "response_format",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "echo",
+    "logprobs",
+    "stream",
+    "stream_options",
+    "stop",
+    "max_tokens",
+    "ignore_eos",
+];
 
 /// What `tool_choice` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -352,18 +444,38 @@ impl Format for ChatFormat {
     }
 }
 
-/// `POST /v1/chat/completions`.
+/// `POST /v1/chat/completions`. Parsing, rendering and tokenizing run on
+/// a blocking thread; only the generation's events use the runtime.
 pub async fn chat(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+    let a = app.clone();
+    let (id, req, fmt, stream) = blocking(move || prepare_chat(&a, &bytes)).await?;
+    respond(app, id, req, fmt, stream).await
+}
+
+/// Run CPU-heavy request work (parsing, template rendering, tokenizing)
+/// off the async runtime's worker threads.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
+}
+
+type Prepared<F> = (String, Request, F, bool);
+
+fn prepare_chat(app: &App, bytes: &[u8]) -> Result<Prepared<ChatFormat>, ApiError> {
+    let o = parse_known(bytes, CHAT_FIELDS)?;
     let messages = opt_array(&o, "messages")?
         .ok_or_else(|| ApiError::param("messages", "'messages' is required"))?;
     let tools = tools(&o)?;
     let choice = tool_choice(&o, &tools)?;
     single_text_choice(&o)?;
-    let sampling = sampling(&o, &app)?;
+    let sampling = sampling(&o, app)?;
     let logprobs = chat_logprobs(&o)?;
     let stream = opt_bool(&o, "stream")?.unwrap_or(false);
     let include_usage = match opt_object(&o, "stream_options")? {
@@ -378,7 +490,8 @@ pub async fn chat(
     let kwargs = opt_object(&o, "chat_template_kwargs")?
         .cloned()
         .unwrap_or_default();
-    let prompt = render_chat(&app, messages, &tools, &choice, &kwargs)?;
+    check_messages(messages)?;
+    let prompt = render_chat(app, messages, &tools, &choice, &kwargs)?;
     let max_tokens = app.budget(
         prompt.ids.len(),
         max_req.map(|m| m.0),
@@ -409,7 +522,7 @@ pub async fn chat(
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
     };
-    respond(app, id, req, fmt, stream).await
+    Ok((id, req, fmt, stream))
 }
 
 struct TextFormat {
@@ -545,7 +658,14 @@ pub async fn completions(
     State(app): State<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let o = parse_body(&body_bytes(body, app.cfg.max_body_bytes)?)?;
+    let bytes = body_bytes(body, app.cfg.max_body_bytes)?;
+    let a = app.clone();
+    let (id, req, fmt, stream) = blocking(move || prepare_completion(&a, &bytes)).await?;
+    respond(app, id, req, fmt, stream).await
+}
+
+fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, ApiError> {
+    let o = parse_known(bytes, COMPLETION_FIELDS)?;
     single_text_choice(&o)?;
     let tok = app.tokenizer.clone();
     let (prompt_text, mut ids): (String, Vec<u32>) = match o.get("prompt") {
@@ -594,7 +714,7 @@ pub async fn completions(
         };
         ids = tok.tokenize(&text, tok.add_bos(), !suffix.is_empty());
     }
-    let sampling = sampling(&o, &app)?;
+    let sampling = sampling(&o, app)?;
     let stream = opt_bool(&o, "stream")?.unwrap_or(false);
     let include_usage = match opt_object(&o, "stream_options")? {
         Some(so) => opt_bool(so, "include_usage")?.unwrap_or(false),
@@ -642,7 +762,7 @@ pub async fn completions(
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
     };
-    respond(app, id, req, fmt, stream).await
+    Ok((id, req, fmt, stream))
 }
 
 #[cfg(test)]

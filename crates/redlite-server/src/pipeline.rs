@@ -9,53 +9,110 @@ use serde_json::Value;
 
 /// Cuts the text at the first stop string; holds back a tail that could be
 /// the start of one.
+///
+/// Matching is incremental (one Knuth–Morris–Pratt automaton per stop
+/// string, fed each new byte once), so a token costs the same however much
+/// text came before it and however long the stop strings are: the held
+/// tail is at most the longest stop string, and is found from the
+/// automata's states rather than by searching.
 #[derive(Debug, Default)]
 pub struct StopMatcher {
-    stops: Vec<String>,
+    stops: Vec<Kmp>,
     held: String,
     /// The stop string that matched.
     pub matched: Option<String>,
 }
 
+/// One stop string's automaton: `state` is the length of the longest
+/// prefix of `pat` that the text seen so far ends with.
+#[derive(Debug)]
+struct Kmp {
+    text: String,
+    fail: Vec<usize>,
+    state: usize,
+}
+
+impl Kmp {
+    fn new(text: String) -> Kmp {
+        let p = text.as_bytes();
+        let mut fail = vec![0; p.len()];
+        let mut k = 0;
+        for i in 1..p.len() {
+            while k > 0 && p[i] != p[k] {
+                k = fail[k - 1];
+            }
+            if p[i] == p[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
+        Kmp {
+            text,
+            fail,
+            state: 0,
+        }
+    }
+
+    /// Feed one byte; true when the whole string has just matched.
+    fn step(&mut self, b: u8) -> bool {
+        let p = self.text.as_bytes();
+        while self.state > 0 && (self.state == p.len() || p[self.state] != b) {
+            self.state = self.fail[self.state - 1];
+        }
+        if p[self.state] == b {
+            self.state += 1;
+        }
+        self.state == p.len()
+    }
+}
+
 impl StopMatcher {
+    /// `stops` must not contain empty strings (they are dropped).
     pub fn new(stops: Vec<String>) -> StopMatcher {
         StopMatcher {
-            stops,
+            stops: stops
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .map(Kmp::new)
+                .collect(),
             held: String::new(),
             matched: None,
         }
     }
 
     /// Add text; returns what can be released now. After a match, returns
-    /// the text before it and nothing more.
+    /// the text before it and nothing more. Of several stop strings that
+    /// match within the text held, the one starting first wins (on a tie, the
+    /// one listed first).
     pub fn push(&mut self, text: &str) -> String {
-        if self.matched.is_some() {
+        if self.matched.is_some() || text.is_empty() {
             return String::new();
         }
+        let base = self.held.len();
         self.held.push_str(text);
-        // Earliest match of any stop string.
-        let hit = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s)))
-            .min_by_key(|(i, _)| *i);
-        if let Some((i, s)) = hit {
-            self.matched = Some(s.clone());
-            let out = self.held[..i].to_string();
+        // (start, stop index) of the earliest-starting match.
+        let mut hit: Option<(usize, usize)> = None;
+        for (j, &b) in text.as_bytes().iter().enumerate() {
+            for (si, k) in self.stops.iter_mut().enumerate() {
+                if k.step(b) {
+                    let start = base + j + 1 - k.text.len();
+                    if hit.is_none_or(|h| (start, si) < h) {
+                        hit = Some((start, si));
+                    }
+                }
+            }
+        }
+        if let Some((start, si)) = hit {
+            self.matched = Some(self.stops[si].text.clone());
+            let out = self.held[..start].to_string();
             self.held.clear();
             return out;
         }
-        // Release all but the longest suffix that is a prefix of a stop string.
-        let keep_from = self
-            .held
-            .char_indices()
-            .map(|(i, _)| i)
-            .find(|&i| {
-                let tail = &self.held[i..];
-                self.stops.iter().any(|s| s.starts_with(tail))
-            })
-            .unwrap_or(self.held.len());
-        let rest = self.held.split_off(keep_from);
+        // Release all but the longest tail that is a prefix of a stop
+        // string (it starts at a character boundary: a stop string's
+        // first byte is never a UTF-8 continuation byte).
+        let keep = self.stops.iter().map(|k| k.state).max().unwrap_or(0);
+        let rest = self.held.split_off(self.held.len() - keep);
         std::mem::replace(&mut self.held, rest)
     }
 
@@ -204,6 +261,88 @@ mod tests {
         }
         out.push_str(&m.finish());
         (out, m.matched.clone())
+    }
+
+    /// The matcher as first written (search the held text for every stop
+    /// string, then scan its tails): quadratic, but obviously right.
+    fn naive(stops: &[&str], pieces: &[&str]) -> (String, Option<String>) {
+        let mut held = String::new();
+        let mut out = String::new();
+        for p in pieces {
+            held.push_str(p);
+            let hit = stops
+                .iter()
+                .filter_map(|s| held.find(s).map(|i| (i, s)))
+                .min_by_key(|(i, _)| *i);
+            if let Some((i, s)) = hit {
+                out.push_str(&held[..i]);
+                return (out, Some(s.to_string()));
+            }
+            let keep_from = held
+                .char_indices()
+                .map(|(i, _)| i)
+                .find(|&i| stops.iter().any(|s| s.starts_with(&held[i..])))
+                .unwrap_or(held.len());
+            let rest = held.split_off(keep_from);
+            out.push_str(&held);
+            held = rest;
+        }
+        out.push_str(&held);
+        (out, None)
+    }
+
+    /// Random texts over a small alphabet (so stop strings and their
+    /// overlaps occur often), cut into random pieces: the incremental
+    /// matcher agrees with the naive one every time.
+    #[test]
+    fn incremental_matching_agrees_with_naive_search() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let alphabet = ['a', 'b', 'é', '\n'];
+        let word = |rng: &mut rand::rngs::StdRng, n: usize| -> String {
+            (0..n)
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                .collect()
+        };
+        for _ in 0..3000 {
+            let stops: Vec<String> = (0..rng.gen_range(1..4))
+                .map(|_| {
+                    let n = rng.gen_range(1..6);
+                    word(&mut rng, n)
+                })
+                .collect();
+            let n = rng.gen_range(0..40);
+            let text = word(&mut rng, n);
+            let chars: Vec<char> = text.chars().collect();
+            let mut pieces = Vec::new();
+            let mut i = 0;
+            while i < chars.len() {
+                let n = rng.gen_range(1..5).min(chars.len() - i);
+                pieces.push(chars[i..i + n].iter().collect::<String>());
+                i += n;
+            }
+            let stops_ref: Vec<&str> = stops.iter().map(String::as_str).collect();
+            let pieces_ref: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            assert_eq!(
+                run(&stops_ref, &pieces_ref),
+                naive(&stops_ref, &pieces_ref),
+                "stops {stops:?} pieces {pieces:?}"
+            );
+        }
+    }
+
+    /// The held tail never exceeds the longest stop string, whatever the
+    /// length of the output.
+    #[test]
+    fn held_text_stays_bounded() {
+        let mut m = StopMatcher::new(vec!["abcabd".into()]);
+        let mut released = 0;
+        for _ in 0..10_000 {
+            released += m.push("abcab").len();
+            assert!(m.held.len() < 6, "{}", m.held.len());
+        }
+        assert_eq!(released + m.finish().len(), 50_000);
+        assert!(m.matched.is_none());
     }
 
     #[test]

@@ -10,10 +10,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use redlite_engine::{Event, FinishReason, Request, TokenLogprobs};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::engine::Submitted;
+use crate::engine::{SubmitError, Submitted};
 use crate::error::ApiError;
 use crate::App;
 
@@ -112,8 +114,11 @@ enum Next {
     Error(String),
 }
 
-/// One submitted generation, as the handler sees it.
+/// One submitted generation, as the handler sees it. Dropped before its
+/// end (the client went away, the server is shutting down), it cancels the
+/// generation and logs it as `finish=cancelled`.
 struct Run {
+    app: App,
     sub: Submitted,
     id: String,
     prompt_tokens: usize,
@@ -121,6 +126,29 @@ struct Run {
     generated: usize,
     t_submit: Instant,
     t_first: Option<Instant>,
+    /// The end was logged.
+    logged: bool,
+    /// Why it is being cancelled, for the log line.
+    cancel_why: &'static str,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if self.logged {
+            return;
+        }
+        self.sub.cancel.store(true, Ordering::Relaxed);
+        self.app.metrics.finished("cancelled");
+        tracing::info!(
+            target: "redlite::request",
+            "{} prompt={} reused={} generated={} finish=cancelled ({})",
+            self.id,
+            self.prompt_tokens,
+            self.cached,
+            self.generated,
+            self.cancel_why
+        );
+    }
 }
 
 impl Run {
@@ -178,7 +206,8 @@ impl Run {
         }
     }
 
-    fn log(&self, app: &App, end: &End, reason: &str) {
+    fn log(&mut self, app: &App, end: &End, reason: &str) {
+        self.logged = true;
         app.metrics.finished(reason);
         app.metrics
             .context_seen(end.prompt_tokens + end.generated_tokens);
@@ -198,6 +227,15 @@ impl Run {
     }
 }
 
+/// The final HTTP status of a streamed response, known only when the
+/// stream ends (200, or 499 when it was cancelled): the metrics middleware
+/// counts the request then, not when the headers went out.
+pub struct StreamOutcome(pub std::sync::Mutex<Option<oneshot::Receiver<u16>>>);
+
+/// What a streamed response reports when a client went away or the server
+/// stopped it (nginx's "client closed request").
+pub const STATUS_CANCELLED: u16 = 499;
+
 /// Submit `req` and answer with `fmt`, as an SSE stream or one JSON body.
 pub async fn respond<F: Format>(
     app: App,
@@ -206,8 +244,18 @@ pub async fn respond<F: Format>(
     mut fmt: F,
     stream: bool,
 ) -> Result<Response, ApiError> {
-    let sub = app.engine.submit(req).map_err(ApiError::internal)?;
+    let sub = app
+        .engine
+        .submit(req, app.cfg.max_queue)
+        .map_err(|e| match e {
+            SubmitError::QueueFull(n) => ApiError::busy(format!(
+                "the server is busy: {n} requests already wait for a slot (its --max-queue); \
+                 retry shortly"
+            )),
+            SubmitError::Stopped => ApiError::internal("the engine thread has stopped"),
+        })?;
     let mut run = Run {
+        app: app.clone(),
         sub,
         id,
         prompt_tokens: 0,
@@ -215,10 +263,19 @@ pub async fn respond<F: Format>(
         generated: 0,
         t_submit: Instant::now(),
         t_first: None,
+        logged: false,
+        cancel_why: "client gone",
     };
     if !stream {
         let end = loop {
-            match run.next().await {
+            let next = tokio::select! {
+                n = run.next() => n,
+                _ = app.stopping() => {
+                    run.cancel_why = "shutdown";
+                    return Err(ApiError::busy("the server is shutting down"));
+                }
+            };
+            match next {
                 Next::Token(id, lp) => {
                     fmt.token(id, lp.as_ref(), false);
                     if let Some(s) = fmt.stopped() {
@@ -235,49 +292,11 @@ pub async fn respond<F: Format>(
     }
 
     let (tx, rx) = mpsc::channel::<Result<SseSend, Infallible>>(64);
+    let (status_tx, status_rx) = oneshot::channel::<u16>();
     let head = fmt.head();
     tokio::spawn(async move {
-        for e in head {
-            if tx.send(Ok(e.into_sse())).await.is_err() {
-                return;
-            }
-        }
-        loop {
-            let next = tokio::select! {
-                n = run.next() => n,
-                // The client went away: dropping `run` cancels the request.
-                _ = tx.closed() => return,
-            };
-            let (events, end) = match next {
-                Next::Token(id, lp) => {
-                    let ev = fmt.token(id, lp.as_ref(), true);
-                    match fmt.stopped() {
-                        Some(s) => (ev, Some(run.stop_now(s))),
-                        None => (ev, None),
-                    }
-                }
-                Next::End(end) => (Vec::new(), Some(end)),
-                Next::Error(e) => {
-                    tracing::error!("{}: {e}", run.id);
-                    let _ = tx.send(Ok(fmt.error_event(&e).into_sse())).await;
-                    return;
-                }
-            };
-            for e in events {
-                if tx.send(Ok(e.into_sse())).await.is_err() {
-                    return;
-                }
-            }
-            if let Some(end) = end {
-                for e in fmt.tail(&end) {
-                    if tx.send(Ok(e.into_sse())).await.is_err() {
-                        break;
-                    }
-                }
-                run.log(&app, &end, &fmt.reason_name(&end));
-                return;
-            }
-        }
+        let status = stream_events(&app, &mut run, &mut fmt, head, &tx).await;
+        let _ = status_tx.send(status);
     });
     let sse = Sse::new(ReceiverStream::new(rx)).keep_alive(
         KeepAlive::new()
@@ -289,7 +308,69 @@ pub async fn respond<F: Format>(
         "cache-control",
         axum::http::HeaderValue::from_static("no-cache"),
     );
+    r.extensions_mut()
+        .insert(Arc::new(StreamOutcome(std::sync::Mutex::new(Some(
+            status_rx,
+        )))));
     Ok(r)
+}
+
+/// Drive a streamed generation; returns the status to count it under.
+async fn stream_events<F: Format>(
+    app: &App,
+    run: &mut Run,
+    fmt: &mut F,
+    head: Vec<Chunk>,
+    tx: &mpsc::Sender<Result<SseSend, Infallible>>,
+) -> u16 {
+    for e in head {
+        if tx.send(Ok(e.into_sse())).await.is_err() {
+            return STATUS_CANCELLED;
+        }
+    }
+    loop {
+        let next = tokio::select! {
+            n = run.next() => n,
+            // The client went away: dropping `run` cancels the request.
+            _ = tx.closed() => return STATUS_CANCELLED,
+            _ = app.stopping() => {
+                run.cancel_why = "shutdown";
+                let _ = tx.send(Ok(fmt.error_event("the server is shutting down").into_sse())).await;
+                return STATUS_CANCELLED;
+            }
+        };
+        let (events, end) = match next {
+            Next::Token(id, lp) => {
+                let ev = fmt.token(id, lp.as_ref(), true);
+                match fmt.stopped() {
+                    Some(s) => (ev, Some(run.stop_now(s))),
+                    None => (ev, None),
+                }
+            }
+            Next::End(end) => (Vec::new(), Some(end)),
+            Next::Error(e) => {
+                tracing::error!("{}: {e}", run.id);
+                run.logged = true;
+                app.metrics.finished("error");
+                let _ = tx.send(Ok(fmt.error_event(&e).into_sse())).await;
+                return 500;
+            }
+        };
+        for e in events {
+            if tx.send(Ok(e.into_sse())).await.is_err() {
+                return STATUS_CANCELLED;
+            }
+        }
+        if let Some(end) = end {
+            for e in fmt.tail(&end) {
+                if tx.send(Ok(e.into_sse())).await.is_err() {
+                    break;
+                }
+            }
+            run.log(app, &end, &fmt.reason_name(&end));
+            return 200;
+        }
+    }
 }
 
 /// OpenAI's `bytes` and display text of a token.

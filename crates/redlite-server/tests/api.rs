@@ -192,6 +192,59 @@ async fn bad_requests_get_openai_errors() {
     );
     let (s, v) = post(&a, "/detokenize", r#"{"tokens": [1, -1]}"#).await;
     openai_error(s, &v, 400, "tokens[1]");
+    // Smaller gaps: unknown roles, tool parameters that are not an
+    // object schema, counts beyond u32, stop strings too long together.
+    let (s, v) = post(
+        &a,
+        p,
+        &chat(json!({"messages": [{"role": "wizard", "content": "hi"}]})),
+    )
+    .await;
+    openai_error(s, &v, 400, "'messages[0].role' is 'wizard'");
+    assert_eq!(v["error"]["param"], "messages");
+    for params in [
+        json!({"type": "string"}),
+        json!([1]),
+        json!({"type": ["object"]}),
+    ] {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": params}}]);
+        let (s, v) = post(&a, p, &chat(json!({"tools": tools}))).await;
+        openai_error(s, &v, 400, "'function.parameters'");
+        assert_eq!(v["error"]["param"], "tools");
+    }
+    for (field, val) in [
+        ("max_tokens", json!(1e30)),
+        ("max_tokens", json!(4294967296u64)),
+        ("max_completion_tokens", json!(18446744073709551615u64)),
+        ("top_k", json!(1e20)),
+    ] {
+        let (s, v) = post(&a, p, &chat(json!({ field: val }))).await;
+        openai_error(s, &v, 400, "must be at most 4294967295");
+        assert_eq!(v["error"]["param"], field, "{v}");
+    }
+    let (s, v) = post(
+        &a,
+        p,
+        &chat(json!({"stop": ["x".repeat(3000), "y".repeat(3000)]})),
+    )
+    .await;
+    openai_error(s, &v, 400, "6000 bytes together");
+    assert_eq!(v["error"]["param"], "stop");
+    let (s, v) = post(&a, p, &chat(json!({"stop": vec!["s"; 17]}))).await;
+    openai_error(s, &v, 400, "at most 16");
+    // Unknown fields are skipped, whatever they hold; a broken one is
+    // still a JSON error.
+    let (s, v) = post(
+        &a,
+        p,
+        &chat(json!({"x_unknown": {"deep": [1, 2.5, "s", null, {"a": [true]}]}, "y": "1e400"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = post(&a, p, r#"{"junk": [1, 2,, 3], "messages": []}"#).await;
+    openai_error(s, &v, 400, "not valid JSON");
+    let (s, v) = post(&a, p, &format!("{} trailing", chat(json!({})))).await;
+    openai_error(s, &v, 400, "not valid JSON");
     // The server keeps serving after all of that.
     let (s, v) = post(&a, p, &chat(json!({}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -272,14 +325,36 @@ async fn anthropic_errors_have_anthropic_shape() {
         let m = v["error"]["message"].as_str().expect("message");
         assert!(m.contains(needle), "'{m}' lacks '{needle}'");
     }
-    let body = json!({"max_tokens": 5, "messages": ok_msgs,
-        "tools": [{"name": "t", "input_schema": "bad"}]});
-    let (s, v) = post(&a, p, &body.to_string()).await;
-    assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert!(v["error"]["message"]
-        .as_str()
-        .expect("m")
-        .contains("invalid tool schema"));
+    for schema in [json!("bad"), json!({"type": "array"})] {
+        let body = json!({"max_tokens": 5, "messages": ok_msgs,
+            "tools": [{"name": "t", "input_schema": schema}]});
+        let (s, v) = post(&a, p, &body.to_string()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        assert!(v["error"]["message"]
+            .as_str()
+            .expect("m")
+            .contains("invalid tool schema"));
+    }
+    for (body, needle) in [
+        (
+            json!({"max_tokens": 5, "messages": [{"role": "wizard", "content": "x"}]}),
+            "'wizard'",
+        ),
+        (
+            json!({"max_tokens": 1e30, "messages": ok_msgs}),
+            "must be at most 4294967295",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": ok_msgs, "stop_sequences": ["z".repeat(5000)]}),
+            "bytes together",
+        ),
+    ] {
+        let (s, v) = post(&a, p, &body.to_string()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["type"], "error", "{v}");
+        let m = v["error"]["message"].as_str().expect("message");
+        assert!(m.contains(needle), "'{m}' lacks '{needle}'");
+    }
     let body =
         json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x ".repeat(500)}]});
     let (s, v) = post(&a, p, &body.to_string()).await;
@@ -400,7 +475,14 @@ async fn responses_have_the_documented_shape() {
     assert!(v["usage"]["cache_read_input_tokens"].is_u64());
     let mut sb = body.clone();
     sb["stream"] = json!(true);
-    let (_, text) = call(&a, "POST", "/v1/messages", Some(&sb.to_string()), &[]).await;
+    let (_, text) = call(
+        &a,
+        "POST",
+        "/v1/messages",
+        Some(&sb.to_string()),
+        &[("content-type", "application/json")],
+    )
+    .await;
     let events: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("event: "))
