@@ -84,9 +84,12 @@ pub struct AgentArgs {
     /// Time limit per run in seconds (a task's own limit wins).
     #[arg(long, default_value_t = 900.0)]
     pub timeout: f64,
-    /// Request cap per run: the agent is stopped once the server has counted this many of its requests (a task's own cap wins).
+    /// Request cap per run: the agent is stopped once it has sent this many chat requests, as a looping agent would (a task's own cap wins).
     #[arg(long, default_value_t = 100)]
     pub max_requests: u64,
+    /// Sampling temperature for the agent's requests (set by the harness's relay; default: the server's).
+    #[arg(long)]
+    pub temperature: Option<f64>,
     /// Model id pi is told to use (default: the first one the server lists).
     #[arg(long)]
     pub model: Option<String>,
@@ -220,6 +223,11 @@ fn run_agent(a: AgentArgs) -> Result<()> {
     if !(a.timeout > 0.0 && a.timeout.is_finite()) {
         bail!("--timeout must be a positive number of seconds");
     }
+    if let Some(t) = a.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            bail!("--temperature must be between 0 and 2");
+        }
+    }
     let pi = match a.pi {
         Some(p) => p,
         None => find_pi().ok_or_else(|| {
@@ -236,6 +244,7 @@ fn run_agent(a: AgentArgs) -> Result<()> {
         max_requests: a.max_requests,
         pi,
         redlite: std::env::current_exe().context("locating the redlite executable")?,
+        temperature: a.temperature,
         keep: a.keep,
     };
     let report = agent::run_suite(&a.suite, &tasks, &opts, &mut |l| eprintln!("{l}"))?;

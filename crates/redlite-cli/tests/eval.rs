@@ -303,7 +303,14 @@ fn agent_task_end_to_end_is_stopped_by_its_cap_and_its_timeout() {
 
     // The cap: stopped at its first request, well before the time limit.
     let v = run(
-        &["--max-requests", "1", "--timeout", "300"],
+        &[
+            "--max-requests",
+            "1",
+            "--timeout",
+            "300",
+            "--temperature",
+            "0",
+        ],
         &dir.path().join("cap.json"),
     );
     let r = &v["results"][0];
@@ -312,6 +319,7 @@ fn agent_task_end_to_end_is_stopped_by_its_cap_and_its_timeout() {
     assert_eq!(r["hit_request_cap"], true, "{r}");
     assert_eq!(r["timed_out"], false, "{r}");
     assert_eq!(r["requests"].as_u64(), Some(1), "{r}");
+    assert_eq!(r["server_requests"].as_u64(), Some(1), "{r}");
     assert!(r["prompt_tokens"].as_u64().is_some_and(|n| n > 100), "{r}");
     assert!(r["wall_s"].as_f64().is_some_and(|t| t < 300.0), "{r}");
     assert_eq!(v["summary"][0]["loops"], 1);

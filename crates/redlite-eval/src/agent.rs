@@ -13,12 +13,15 @@
 //! - `solution.patch`: a reference solution, applied with `patch -p1`.
 //!
 //! Each run copies `project/` into a fresh temporary directory, writes pi's
-//! configuration only through `redlite setup-pi` into a private home, runs
+//! configuration only through `redlite setup-pi` into a private home
+//! (pointing pi at a [`Proxy`] of its own in front of the server), runs
 //! `pi -p PROMPT --no-session` there, and watches it: past the time limit,
-//! or once the server's `/metrics` show the run's request cap reached while
-//! pi still runs, pi and every process it started are killed. Then the check
-//! runs. Request and token counts are the differences of the server's
-//! counters over the run, so one harness should drive a server at a time.
+//! or once the agent has sent its cap of chat requests while still running
+//! (a looping agent), pi and every process it started are killed. Then the
+//! check runs. Requests are counted by the relay (exact for the run); the
+//! server's `/metrics` give a second count and the token counts, as the
+//! differences of its counters over the run, so those assume that one
+//! harness drives the server at a time.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::http::{metric_sum, Http};
+use crate::proxy::Proxy;
 
 /// `task.json`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -434,6 +438,9 @@ pub struct AgentOptions {
     pub pi: PathBuf,
     /// The `redlite` executable, for `redlite setup-pi`.
     pub redlite: PathBuf,
+    /// Sampling temperature set in every chat request of the agent (None:
+    /// as the agent sends it, i.e. the server's default).
+    pub temperature: Option<f64>,
     /// Keep each run's directory (project, pi's log) here instead of deleting it.
     pub keep: Option<PathBuf>,
 }
@@ -445,8 +452,10 @@ pub struct RunResult {
     pub run: usize,
     pub passed: bool,
     pub wall_s: f64,
-    /// Chat requests the server counted during the run.
+    /// Chat requests the agent sent during the run (counted by the relay).
     pub requests: u64,
+    /// Chat requests the server's `/metrics` counted during the run.
+    pub server_requests: u64,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     pub generated_tokens: u64,
@@ -487,16 +496,6 @@ pub fn counters(http: &Http) -> Result<Counters> {
     })
 }
 
-fn host_port(http: &Http) -> Result<(String, u16)> {
-    let a = http.authority();
-    let (h, p) = a.rsplit_once(':').ok_or_else(|| anyhow!("{a}: no port"))?;
-    let port = p.parse().map_err(|_| anyhow!("{a}: bad port"))?;
-    Ok((
-        h.trim_start_matches('[').trim_end_matches(']').to_string(),
-        port,
-    ))
-}
-
 /// Runs one task once.
 pub fn run_task(
     http: &Http,
@@ -520,10 +519,10 @@ pub fn run_task(
     let agent_dir = home.join(".pi/agent");
     let work = tmp.path().join("work");
     copy_tree(&task.dir.join("project"), &work)?;
-    let (host, port) = host_port(http)?;
+    let proxy = Proxy::start(http.authority(), opts.temperature)?;
     let setup = Command::new(&opts.redlite)
-        .args(["setup-pi", "--make-default", "--host", &host])
-        .args(["--port", &port.to_string()])
+        .args(["setup-pi", "--make-default", "--host", "127.0.0.1"])
+        .args(["--port", &proxy.port().to_string()])
         .args(["--context", &opts.context.to_string()])
         .args(["--model", model])
         .arg("--dir")
@@ -563,7 +562,6 @@ pub fn run_task(
     let mut tree = Tree::default();
     let mut timed_out = false;
     let mut hit_cap = false;
-    let mut last_poll = Instant::now();
     let mut watch_error = None;
     let status = loop {
         tree.watch(child.id());
@@ -579,21 +577,11 @@ pub fn run_task(
             timed_out = true;
             break None;
         }
-        if last_poll.elapsed() >= Duration::from_millis(250) {
-            last_poll = Instant::now();
-            match counters(http) {
-                Ok(c) if c.requests - before.requests >= cap as f64 => {
-                    hit_cap = true;
-                    break None;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    watch_error = Some(e.context("reading the server's /metrics during the run"));
-                    break None;
-                }
-            }
+        if proxy.chat_requests() >= cap {
+            hit_cap = true;
+            break None;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     };
     // Always: whatever pi left running goes with it.
     tree.kill(&mut child, status.is_some());
@@ -621,7 +609,8 @@ pub fn run_task(
         run,
         passed,
         wall_s,
-        requests: d(after.requests, before.requests),
+        requests: proxy.chat_requests(),
+        server_requests: d(after.requests, before.requests),
         prompt_tokens: d(
             after.prompt_evaluated + after.prompt_cached,
             before.prompt_evaluated + before.prompt_cached,
@@ -661,6 +650,7 @@ pub struct AgentReport {
     pub context: usize,
     pub timeout_s: f64,
     pub max_requests: u64,
+    pub temperature: Option<f64>,
     pub validation: Vec<Validation>,
     pub results: Vec<RunResult>,
     pub summary: Vec<TaskSummary>,
@@ -759,6 +749,7 @@ pub fn run_suite(
         context: opts.context,
         timeout_s: opts.timeout.as_secs_f64(),
         max_requests: opts.max_requests,
+        temperature: opts.temperature,
         validation,
         passed: results.iter().filter(|r| r.passed).count(),
         total: results.len(),
@@ -785,8 +776,16 @@ pub fn table(r: &AgentReport) -> String {
         ));
     }
     o.push_str(&format!(
-        "suite {}: {}/{} runs passed ({}, context {}, timeout {} s, cap {} requests)\n",
-        r.suite, r.passed, r.total, r.model, r.context, r.timeout_s, r.max_requests
+        "suite {}: {}/{} runs passed ({}, context {}, timeout {} s, cap {} requests, temperature {})\n",
+        r.suite,
+        r.passed,
+        r.total,
+        r.model,
+        r.context,
+        r.timeout_s,
+        r.max_requests,
+        r.temperature
+            .map_or("as sent".to_string(), |t| t.to_string())
     ));
     o
 }

@@ -182,10 +182,10 @@ impl Http {
 }
 
 /// Decodes `Transfer-Encoding: chunked`.
-struct Chunked<R> {
-    inner: R,
-    left: usize,
-    done: bool,
+pub(crate) struct Chunked<R> {
+    pub(crate) inner: R,
+    pub(crate) left: usize,
+    pub(crate) done: bool,
 }
 
 impl<R: BufRead> Read for Chunked<R> {

@@ -9,9 +9,12 @@
 //!   check the agent never sees; `--validate` proves every check fails on
 //!   the planted project and passes with the reference patch.
 //!
-//! The crate talks to the server only through [`http`], a small blocking
-//! HTTP/1.1 client; it links no part of the engine.
+//! The crate talks to the server only over HTTP: [`http`], a small blocking
+//! HTTP/1.1 client, and [`proxy`], the relay each agent run goes through (it
+//! counts the run's requests and can set their temperature); it links no
+//! part of the engine.
 
 pub mod agent;
 pub mod http;
 pub mod needle;
+pub mod proxy;
