@@ -191,6 +191,7 @@ fn run_agent(a: AgentArgs) -> Result<()> {
             suite_dir.display()
         );
     }
+    agent::stop_on_interrupt();
     let mut tasks = agent::load_suite(&suite_dir)?;
     if !a.tasks_only.is_empty() {
         for t in &a.tasks_only {

@@ -344,6 +344,32 @@ fn agent_task_end_to_end_is_stopped_by_its_cap_and_its_timeout() {
     assert!(r["requests"].as_u64().is_some_and(|n| n <= 1), "{r}");
     assert_eq!(v["summary"][0]["timeouts"], 1);
 
+    // Ctrl-C (SIGINT) in the middle of a run: pi and its tools go too.
+    let child = Command::new(env!("CARGO_BIN_EXE_redlite"))
+        .args(["eval", "agent", "--suite", "e2e", "--url", &s.base])
+        .args(["--tasks", tasks.to_str().expect("utf-8")])
+        .args(["--pi", pi.to_str().expect("utf-8")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redlite eval");
+    let t0 = std::time::Instant::now();
+    while pgrep(&marker).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "pi never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    let out = child.wait_with_output().expect("wait");
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(se.contains("interrupted"), "{se}");
+    assert_eq!(pgrep(&marker), "", "processes left behind after Ctrl-C");
+
     // And the server goes with the test.
     let pid = s.child.id();
     drop(s);

@@ -225,6 +225,31 @@ impl Tree {
     }
 }
 
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes Ctrl-C and SIGTERM stop the run in progress cleanly: the agent and
+/// the check run in process groups of their own, which a terminal's Ctrl-C
+/// does not reach, so the harness stops them itself and then fails with
+/// "interrupted". For programs that run suites (the CLI calls it once).
+pub fn stop_on_interrupt() {
+    let handler = on_interrupt as extern "C" fn(libc::c_int);
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: signal(2) with a valid signal number and a handler that
+        // only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(sig, handler as libc::sighandler_t);
+        }
+    }
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Result of running a command with a time limit.
 pub struct Limited {
     pub status: Option<ExitStatus>,
@@ -252,13 +277,16 @@ pub fn run_limited(mut cmd: Command, limit: Duration, log: &Path) -> Result<Limi
         if let Some(s) = child.try_wait()? {
             break Some(s);
         }
-        if t0.elapsed() >= limit {
+        if t0.elapsed() >= limit || interrupted() {
             timed_out = true;
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     tree.kill(&mut child, status.is_some());
+    if interrupted() {
+        bail!("interrupted");
+    }
     Ok(Limited {
         status,
         timed_out,
@@ -579,6 +607,10 @@ pub fn run_task(
         }
         if proxy.chat_requests() >= cap {
             hit_cap = true;
+            break None;
+        }
+        if interrupted() {
+            watch_error = Some(anyhow!("interrupted"));
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));
