@@ -28,6 +28,7 @@ LAYER = {
     "redlite-cuda": 4,
     "redlite-engine": 4,
     "redlite-server": 5,
+    "redlite-eval": 5,
     "redlite-cli": 6,
 }
 ALLOWED_ANYWHERE = {"redlite-testkit"}

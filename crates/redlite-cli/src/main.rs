@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_eval;
 mod cmd_inspect;
 mod cmd_logits;
 mod cmd_run;
@@ -43,6 +44,8 @@ enum Command {
     Serve(cmd_serve::Args),
     /// Point the pi coding agent at `redlite serve` (merges a provider into pi's models.json).
     SetupPi(cmd_setup_pi::Args),
+    /// Judge a model through the server: the needle check and the agent suite.
+    Eval(cmd_eval::Args),
 }
 
 fn main() {
@@ -56,6 +59,7 @@ fn main() {
         Command::Synth(a) => cmd_synth::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::SetupPi(a) => cmd_setup_pi::run(a),
+        Command::Eval(a) => cmd_eval::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
