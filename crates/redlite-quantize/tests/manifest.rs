@@ -209,6 +209,7 @@ fn every_manifest_run_reproduced_or_refused() {
     // these are the ones that must stay so.
     for k in [
         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16", "F16", "Q6_K", "Q4_K_M", "Q2_K", "Q3_K_M",
+        "IQ4_NL", "IQ4_XS",
     ] {
         assert!(exact.iter().any(|e| e == k), "{k} should be reproduced");
     }

@@ -16,6 +16,7 @@
 //! The lattice types (IQ1_*, IQ2_*, IQ3_*) and NVFP4 are not implemented yet and
 //! answer [`QuantizeError::NotImplemented`].
 
+mod iq4;
 mod kquants;
 mod legacy;
 
@@ -70,6 +71,8 @@ pub fn is_implemented(ty: GgmlType) -> bool {
             | Q4_K
             | Q5_K
             | Q6_K
+            | IQ4_NL
+            | IQ4_XS
     )
 }
 
@@ -173,6 +176,19 @@ pub fn quantize_rows(
             Q4_K => kquants::q4_k_ref(src, dst),
             Q5_K => kquants::q5_k_ref(src, dst),
             Q6_K => kquants::q6_k_ref(src, dst),
+            IQ4_NL | IQ4_XS => {
+                let row_fn = if ty == IQ4_NL {
+                    iq4::iq4_nl_row
+                } else {
+                    iq4::iq4_xs_row
+                };
+                for (x, y) in src
+                    .chunks_exact(n_per_row)
+                    .zip(dst.chunks_exact_mut(row_bytes))
+                {
+                    row_fn(x, y, None);
+                }
+            }
             _ => return Err(QuantizeError::NotImplemented(ty)),
         }
         return Ok(());
@@ -193,6 +209,8 @@ pub fn quantize_rows(
             Q4_K => kquants::q4_k_impl(x, y, Some(w)),
             Q5_K => kquants::q5_k_impl(x, y, Some(w)),
             Q6_K => kquants::q6_k_impl(x, y, Some(w)),
+            IQ4_NL => iq4::iq4_nl_row(x, y, Some(w)),
+            IQ4_XS => iq4::iq4_xs_row(x, y, Some(w)),
             _ => return Err(QuantizeError::NotImplemented(ty)),
         }
     }
