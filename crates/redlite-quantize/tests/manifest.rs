@@ -109,12 +109,11 @@ fn every_manifest_run_has_llama_quantize_types() {
     }
 }
 
-#[test]
-fn every_manifest_run_reproduced_or_refused() {
+fn reproduce(select: impl Fn(&str) -> bool, must: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut exact = Vec::new();
     let mut not_yet = Vec::new();
-    for run in runs() {
+    for run in runs().into_iter().filter(|r| select(&r.key)) {
         let out = dir.path().join(format!("{}.gguf", run.key));
         let res = quantize_file(&input(), &out, &run.opts, &|_| {});
         if let Some(err) = run.expect["error"].as_str() {
@@ -207,10 +206,90 @@ fn every_manifest_run_reproduced_or_refused() {
     );
     // Every run whose types all have quantizers is exact (asserted above);
     // these are the ones that must stay so.
-    for k in [
-        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16", "F16", "Q6_K", "Q4_K_M", "Q2_K", "Q3_K_M",
-        "IQ4_NL", "IQ4_XS",
-    ] {
+    for k in must {
         assert!(exact.iter().any(|e| e == k), "{k} should be reproduced");
     }
+}
+
+fn base(key: &str) -> &str {
+    key.split('+').next().unwrap_or(key)
+}
+
+fn is_k_mix(key: &str) -> bool {
+    let b = base(key);
+    b.starts_with('Q') && b.contains("_K")
+}
+
+fn is_iq(key: &str) -> bool {
+    let b = base(key);
+    b.starts_with("IQ") || b == "CF2"
+}
+
+/// Float, legacy, ternary, Q1_0/Q2_0 and MXFP4 runs.
+#[test]
+fn simple_types_bit_for_bit() {
+    reproduce(
+        |k| !is_k_mix(k) && !is_iq(k),
+        &[
+            "Q4_0",
+            "Q4_1",
+            "Q5_0",
+            "Q5_1",
+            "Q8_0",
+            "BF16",
+            "F16",
+            "TQ1_0",
+            "TQ2_0",
+            "MXFP4_MOE",
+            "Q1_0",
+            "Q2_0",
+            "Q4_0+imatrix",
+            "Q4_1+imatrix",
+            "Q5_0+imatrix",
+            "Q5_1+imatrix",
+        ],
+    );
+}
+
+/// The K-quant mixes, with and without the importance matrix.
+#[test]
+fn k_quant_mixes_bit_for_bit() {
+    reproduce(
+        is_k_mix,
+        &[
+            "Q2_K",
+            "Q3_K_S",
+            "Q3_K_M",
+            "Q3_K_L",
+            "Q4_K_S",
+            "Q4_K_M",
+            "Q5_K_S",
+            "Q5_K_M",
+            "Q6_K",
+            "Q2_K+imatrix",
+            "Q2_K_S+imatrix",
+            "Q3_K_M+imatrix",
+            "Q4_K_M+imatrix",
+            "Q6_K+imatrix",
+        ],
+    );
+}
+
+/// The IQ types and CF2 (runs llama-quantize refused included).
+#[test]
+fn iq_types_and_cf2_bit_for_bit_or_refused() {
+    reproduce(
+        is_iq,
+        &[
+            "IQ4_NL",
+            "IQ4_XS",
+            "IQ4_NL+imatrix",
+            "IQ4_XS+imatrix",
+            "IQ1_S+imatrix",
+            "IQ1_M+imatrix",
+            "IQ2_XXS+imatrix",
+            "IQ2_XS+imatrix",
+            "CF2+imatrix",
+        ],
+    );
 }

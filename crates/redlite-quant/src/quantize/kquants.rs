@@ -360,7 +360,7 @@ pub(super) fn make_qkx3_quants(
 
 /// `make_qp_quants`: non-negative levels in `[0, nmax]` for positive values
 /// (the sub-block scales and minima), weighted by `qw`.
-fn make_qp_quants(n: usize, nmax: i32, x: &[f32], l_out: &mut [u8], qw: &[f32]) -> f32 {
+pub(super) fn make_qp_quants(n: usize, nmax: i32, x: &[f32], l_out: &mut [u8], qw: &[f32]) -> f32 {
     let mut max = 0.0f32;
     for &v in &x[..n] {
         max = max.max(v);

@@ -13,11 +13,12 @@
 //! `quantize_rows` is the entry point: whole rows of `n_per_row` values in,
 //! whole rows of blocks out, with an optional importance matrix of
 //! `n_per_row` weights shared by the rows (one expert's slice).
-//! The lattice types (IQ1_*, IQ2_*, IQ3_*) and NVFP4 are not implemented yet and
-//! answer [`QuantizeError::NotImplemented`].
+//! IQ2_S, IQ3_XXS, IQ3_S and NVFP4 are not implemented yet and answer
+//! [`QuantizeError::NotImplemented`].
 
 mod iq4;
 mod kquants;
+mod lattice;
 mod legacy;
 
 use crate::GgmlType;
@@ -27,6 +28,8 @@ use crate::GgmlType;
 pub enum QuantizeError {
     #[error("quantizing to {0} is not implemented yet")]
     NotImplemented(GgmlType),
+    #[error("quantizing to {0} needs an importance matrix")]
+    NeedsImatrix(GgmlType),
     #[error("{ty}: row length {n_per_row} is not a multiple of the block size {block}")]
     RowLength {
         ty: GgmlType,
@@ -73,6 +76,10 @@ pub fn is_implemented(ty: GgmlType) -> bool {
             | Q6_K
             | IQ4_NL
             | IQ4_XS
+            | IQ2_XXS
+            | IQ2_XS
+            | IQ1_S
+            | IQ1_M
     )
 }
 
@@ -176,6 +183,14 @@ pub fn quantize_rows(
             Q4_K => kquants::q4_k_ref(src, dst),
             Q5_K => kquants::q5_k_ref(src, dst),
             Q6_K => kquants::q6_k_ref(src, dst),
+            IQ1_M => {
+                for (x, y) in src
+                    .chunks_exact(n_per_row)
+                    .zip(dst.chunks_exact_mut(row_bytes))
+                {
+                    lattice::iq1_m_row(x, y, None);
+                }
+            }
             IQ4_NL | IQ4_XS => {
                 let row_fn = if ty == IQ4_NL {
                     iq4::iq4_nl_row
@@ -189,6 +204,7 @@ pub fn quantize_rows(
                     row_fn(x, y, None);
                 }
             }
+            IQ2_XXS | IQ2_XS | IQ1_S => return Err(QuantizeError::NeedsImatrix(ty)),
             _ => return Err(QuantizeError::NotImplemented(ty)),
         }
         return Ok(());
@@ -211,6 +227,10 @@ pub fn quantize_rows(
             Q6_K => kquants::q6_k_impl(x, y, Some(w)),
             IQ4_NL => iq4::iq4_nl_row(x, y, Some(w)),
             IQ4_XS => iq4::iq4_xs_row(x, y, Some(w)),
+            IQ2_XXS => lattice::iq2_xxs_row(x, y, w),
+            IQ2_XS => lattice::iq2_xs_row(x, y, w),
+            IQ1_S => lattice::iq1_s_row(x, y, w),
+            IQ1_M => lattice::iq1_m_row(x, y, Some(w)),
             _ => return Err(QuantizeError::NotImplemented(ty)),
         }
     }
@@ -276,10 +296,15 @@ mod tests {
     #[test]
     fn unimplemented_types_are_refused() {
         let src = [0f32; 256];
+        let mut dst = vec![0u8; GgmlType::NVFP4.type_size() * 4];
+        assert_eq!(
+            quantize_rows(GgmlType::NVFP4, &src, 256, None, &mut dst),
+            Err(QuantizeError::NotImplemented(GgmlType::NVFP4))
+        );
         let mut dst = vec![0u8; GgmlType::IQ2_XS.type_size()];
         assert_eq!(
             quantize_rows(GgmlType::IQ2_XS, &src, 256, None, &mut dst),
-            Err(QuantizeError::NotImplemented(GgmlType::IQ2_XS))
+            Err(QuantizeError::NeedsImatrix(GgmlType::IQ2_XS))
         );
     }
 }
