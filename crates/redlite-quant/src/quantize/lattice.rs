@@ -65,39 +65,46 @@ fn build(kind: GridKind) -> Grid {
         }
         map[index] = i as i32;
     }
+    // Each off-grid point's neighbours: every grid point at the `nwant`
+    // smallest distances, by distance then index (what ggml's sort of
+    // (distance, index) pairs and its scan give), found with a histogram of
+    // the squared distances (at most 8·6² = 288).
     let mut neighbours = Vec::new();
-    let mut dist2: Vec<(i32, u16)> = Vec::with_capacity(points.len());
+    let mut dist2 = vec![0u16; points.len()];
     for i in 0..KMAP_SIZE {
         if map[i] >= 0 {
             continue;
         }
         let pos: [i32; 8] = std::array::from_fn(|k| 2 * ((i >> (2 * k)) & 3) as i32 + 1);
-        dist2.clear();
+        let mut hist = [0u32; 289];
         for (j, pg) in points.iter().enumerate() {
             let mut d2 = 0i32;
             for k in 0..8 {
                 let d = pg[k] as i32 - pos[k];
                 d2 += d * d;
             }
-            dist2.push((d2, j as u16));
+            dist2[j] = d2 as u16;
+            hist[d2 as usize] += 1;
         }
-        dist2.sort_unstable();
         map[i] = -(neighbours.len() as i32 + 1);
         let start = neighbours.len();
         neighbours.push(0);
-        let mut d2 = dist2[0].0;
-        let mut nhave = 1;
         let mut n = 0u16;
-        for &(d, j) in &dist2 {
-            if d > d2 {
-                if nhave == nwant {
-                    break;
-                }
-                d2 = d;
-                nhave += 1;
+        let mut nhave = 0;
+        for (d, &count) in hist.iter().enumerate() {
+            if count == 0 {
+                continue;
             }
-            neighbours.push(j);
-            n += 1;
+            for (j, &dj) in dist2.iter().enumerate() {
+                if dj as usize == d {
+                    neighbours.push(j as u16);
+                    n += 1;
+                }
+            }
+            nhave += 1;
+            if nhave == nwant {
+                break;
+            }
         }
         neighbours[start] = n;
     }
