@@ -25,6 +25,7 @@ LAYER = {
     "redlite-backend": 2,
     "redlite-model": 3,
     "redlite-synth": 3,
+    "redlite-quantize": 2,
     "redlite-cuda": 4,
     "redlite-engine": 4,
     "redlite-server": 5,

@@ -6,6 +6,7 @@ mod cmd_bench;
 mod cmd_eval;
 mod cmd_inspect;
 mod cmd_logits;
+mod cmd_quantize;
 mod cmd_run;
 mod cmd_serve;
 mod cmd_setup_pi;
@@ -42,6 +43,8 @@ enum Command {
     Synth(cmd_synth::Args),
     /// Serve the model over HTTP: OpenAI chat/completions, Anthropic messages, state reuse across turns.
     Serve(cmd_serve::Args),
+    /// Quantize a GGUF model (llama-quantize's types and mixes, bit for bit; named mix cf2).
+    Quantize(cmd_quantize::Args),
     /// Point the pi coding agent at `redlite serve` (merges a provider into pi's models.json).
     SetupPi(cmd_setup_pi::Args),
     /// Judge a model through the server: the needle check and the agent suite.
@@ -58,6 +61,7 @@ fn main() {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Synth(a) => cmd_synth::run(a),
         Command::Serve(a) => cmd_serve::run(a),
+        Command::Quantize(a) => cmd_quantize::run(a),
         Command::SetupPi(a) => cmd_setup_pi::run(a),
         Command::Eval(a) => cmd_eval::run(a),
     };

@@ -24,6 +24,7 @@ pub mod legacy;
 pub mod lowbit;
 pub mod mxfp4;
 pub mod q16;
+pub mod quantize;
 pub mod util;
 
 /// Dequantize `n` whole blocks: `data.len() == n * type_size`,
