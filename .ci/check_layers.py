@@ -2,14 +2,15 @@
 library code reads the process environment.
 
 Layers (a crate may depend only on crates of lower layers):
-  gguf < quant < backend < model < engine < cli, with tokenizer beside model
-  (depending only on gguf) and testkit usable by anything as a dev-dependency.
+  gguf < quant < backend < model < {cuda, engine} < {server, eval} < cli, with
+  tokenizer and chat beside quant (depending only on gguf), quantize beside
+  backend, synth beside model, and testkit usable by anything as a
+  dev-dependency.
 
 Environment: only the command line (redlite-cli) reads environment variables;
 the libraries take typed options from their caller. Checked in every crate's
 `src/` (tests, examples and benches may read what they like); exempt are
-redlite-cli, redlite-testkit (test support) and, until its switches become
-options, redlite-cuda.
+redlite-cli and redlite-testkit (test support).
 """
 import json
 import pathlib
@@ -54,7 +55,7 @@ for pkg in meta["packages"]:
 for b in bad:
     print("layer violation:", b, file=sys.stderr)
 
-ENV_READERS = {"redlite-cli", "redlite-testkit", "redlite-cuda"}
+ENV_READERS = {"redlite-cli", "redlite-testkit"}
 # std::env::var / var_os / vars / vars_os (however imported) and libc's getenv.
 ENV_READ = re.compile(r"\benv\s*::\s*(var|var_os|vars|vars_os)\b|\bgetenv\b")
 env_bad = []

@@ -708,7 +708,8 @@ fn runaway_templates_stop_with_a_clear_error() {
     let elapsed = start.elapsed();
     assert!(matches!(err, TemplateError::Limit(_)), "{err}");
     assert!(err.to_string().contains("instructions"), "{err}");
-    assert!(elapsed < std::time::Duration::from_secs(1), "{elapsed:?}");
+    // A hang guard, not a speed target: the budget, not the clock, stops it.
+    assert!(elapsed < std::time::Duration::from_secs(20), "{elapsed:?}");
 
     // Huge output is refused before it is built in memory.
     let t = ChatTemplate::new(
