@@ -283,7 +283,13 @@ pub async fn respond<F: Format>(
                     }
                 }
                 Next::End(end) => break end,
-                Next::Error(e) => return Err(ApiError::internal(e)),
+                Next::Error(e) => {
+                    // An engine error, not a cancellation.
+                    tracing::error!("{}: {e}", run.id);
+                    run.logged = true;
+                    app.metrics.finished("error");
+                    return Err(ApiError::internal(e));
+                }
             }
         };
         let body = fmt.body(&end);
