@@ -744,6 +744,7 @@ pub fn run_suite(
     }
     let mut http = Http::new(&opts.url)?;
     http.api_key = opts.api_key.clone();
+    http.wait_ready(Duration::from_secs(600))?;
     http.io_timeout = Duration::from_secs(30);
     let model = match &opts.model {
         Some(m) => m.clone(),

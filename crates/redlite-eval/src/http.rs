@@ -158,6 +158,36 @@ impl Http {
         Ok(Response { status, body })
     }
 
+    /// Wait until the server has loaded its model: `/health` answers 503
+    /// while a server is loading (it binds its port first). Any other
+    /// answer but 200, or no answer, is an error; so is still loading
+    /// after `max`.
+    pub fn wait_ready(&self, max: std::time::Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut said = false;
+        loop {
+            let r = self.request("GET", "/health", None)?;
+            let status = r.status;
+            let text = r.text()?;
+            match status {
+                200 => return Ok(()),
+                503 if start.elapsed() < max => {
+                    if !said {
+                        eprintln!("waiting for the server to load its model ...");
+                        said = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+                503 => bail!(
+                    "the server was still loading after {} s: {}",
+                    max.as_secs(),
+                    text.trim()
+                ),
+                _ => bail!("GET /health: HTTP {status}: {}", text.trim()),
+            }
+        }
+    }
+
     /// `GET path` → body text; any status but 200 is an error naming it.
     pub fn get_text(&self, path: &str) -> Result<String> {
         let r = self.request("GET", path, None)?;

@@ -611,6 +611,7 @@ pub fn run_needle(opts: &NeedleOptions, progress: &mut dyn FnMut(&str)) -> Resul
     }
     let mut http = Http::new(&opts.url)?;
     http.api_key = opts.api_key.clone();
+    http.wait_ready(std::time::Duration::from_secs(600))?;
     let model = match &opts.model {
         Some(m) => m.clone(),
         None => served_model(&http)?,
