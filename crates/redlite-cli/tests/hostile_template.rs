@@ -141,12 +141,17 @@ fn start_server(model: &str) -> Server {
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        // The port is bound before the model loads: the address comes first,
+        // and the server answers requests once it says it is ready.
+        let mut addr = None;
         let mut sent = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if !sent {
-                if let Some(addr) = line.strip_prefix("listening on ") {
-                    let addr = addr.trim_start_matches("http://").to_string();
-                    let _ = tx.send(addr);
+                if let Some(a) = line.strip_prefix("listening on ") {
+                    addr = Some(a.trim_start_matches("http://").to_string());
+                }
+                if let (true, Some(a)) = (line.starts_with("ready: "), addr.as_ref()) {
+                    let _ = tx.send(a.clone());
                     sent = true;
                 }
             }
