@@ -21,14 +21,38 @@
 //! # Call structure and malformed output
 //!
 //! The reference is the official Qwen3-Coder parser (vLLM's
-//! `qwen3coder_tool_parser.py`, non-streaming path). Like it:
+//! `qwen3coder_tool_parser.py`, non-streaming path, in its current form: a
+//! structural walk of the call rather than the first tag that matches).
+//! Like it:
 //!
 //! * a parameter value is the text after `<parameter=NAME>` minus one leading
-//!   and one trailing newline; when `</parameter>` is missing the value ends
-//!   at the next `<parameter=NAME>`, `</function>` or `</tool_call>`;
+//!   and one trailing newline;
+//! * **tag text inside a value stays in the value.** A `</parameter>` closes
+//!   the value only when what follows it (after whitespace) is a
+//!   `<parameter=NAME>` of a declared parameter not seen yet in the call
+//!   (any name when the tool declares no parameters), `</function>` or
+//!   `</tool_call>` (or the end of the stream). A `<parameter=` at the start
+//!   of a line inside a value opens a literal call (an example in a
+//!   document, a parser's test strings): the next `</parameter>` closes it,
+//!   not the value. `</function>`, `</tool_call>`, `<tool_call>` and
+//!   `<function=` inside a value are text. So a value may hold code that
+//!   mentions the tags (`"</function>"` in a string literal, a regular
+//!   expression), an inline `</parameter>`, or whole
+//!   `<tool_call>…</tool_call>` examples;
+//! * when no `</parameter>` closes a value that way, a second pass at the end
+//!   of the stream takes the first `</parameter>` (outside literal pairs)
+//!   followed by any `<parameter=` (an undeclared or repeated parameter);
+//!   failing that, `</parameter>` is missing and the value ends at the first
+//!   `<parameter=NAME>` at a line start naming a declared parameter not seen
+//!   yet, `</tool_call>`, or a `</function>` followed by `</tool_call>` or
+//!   the end (or the start of the next call);
 //! * a function whose `</function>` is missing ends at `</tool_call>`;
 //! * every `<function=…>` block of a `<tool_call>` is a call of its own;
 //!   `</tool_call>` itself is optional.
+//!
+//! A call whose values need the second pass or a missing `</parameter>` is
+//! decided at the end of the stream (a structural `</parameter>` could still
+//! come); every other call as soon as its last tag is read.
 //!
 //! Where the official parser is unsafe or loses text, this one differs
 //! (deliberately, and tested against a model of the official parser):
@@ -45,22 +69,21 @@
 //!   `</tool_call>` (or the start of the next call) before the end of the
 //!   stream is never announced; its text comes back as content. (The official
 //!   parser emits whatever it has.)
-//! * **Calls are not merged.** A call missing `</parameter>`, `</function>` or
-//!   `</tool_call>` ends where the next call starts: at a `<tool_call>`
-//!   followed by `<function=`, or a `<function=NAME>`, at the start of a line
-//!   inside a value, or at either tag right after a parameter (the official
-//!   parser makes one call of both, the second call's parameters going to the
-//!   first).
-//! * **`</parameter>` inside a value** ends the value only when followed
-//!   (after whitespace) by a tag (`<parameter=`, `</function>`, `</tool_call>`,
-//!   `<tool_call>`, `<function=`); otherwise it is part of the value (the
-//!   official parser cuts the value there and drops the rest). When such a
-//!   value is then ended by a tag without `</parameter>`, the text after the
-//!   first `</parameter>` is stray text and the call is malformed (content).
-//!   Other text between parameters makes the call malformed too (the
-//!   official parser ignores it).
+//! * **Calls are not merged.** A call missing `</function>` or
+//!   `</tool_call>` ends where the next call starts: a `</parameter>`
+//!   followed by `<tool_call>` or `<function=` closes the value too, and a
+//!   value missing `</parameter>` ends at a `<tool_call>` followed by
+//!   `<function=`, or a `<function=NAME>`, at the start of a line (the
+//!   official parser makes one call of both, the second call's parameters
+//!   going to the first).
+//! * **Stray text.** When a value missing `</parameter>` holds a
+//!   `</parameter>` outside literal pairs, the text after it is stray text
+//!   and the call is malformed (content); other text between parameters
+//!   makes the call malformed too (the official parser ignores it, or keeps
+//!   it in the value).
 //! * **CRLF.** `\r\n` counts as the newline stripped at both ends of a value
-//!   (the official parser strips `\n` only and leaves a `\r`).
+//!   (the official parser strips `\n` only and leaves a `\r`); a line start
+//!   may be indented by spaces or tabs.
 //! * **Content** is the text outside calls, before *and after* them (the
 //!   official parser keeps only the text before the first call), trimmed;
 //!   text resuming after a call is joined to earlier content with one `\n`
@@ -126,7 +149,16 @@ const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 /// Longest accepted function / parameter name.
 const MAX_NAME_LEN: usize = 256;
-/// Tags that end a value when they follow `</parameter>`.
+/// Tags that may follow a value's `</parameter>` (besides `<parameter=` of
+/// another declared parameter), or a parameter when `</function>` is
+/// missing.
+const AFTER_VALUE: [&str; 4] = [
+    FUNCTION_CLOSE,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    FUNCTION_OPEN,
+];
+/// Tags that may follow a parameter inside a function block.
 const STRUCTURAL: [&str; 5] = [
     PARAMETER_OPEN,
     FUNCTION_CLOSE,
@@ -1026,12 +1058,13 @@ struct CallContext<'a> {
 }
 
 /// The state of the scan for the end of a value: everything before `at` is
-/// decided.
+/// decided, and `depth` literal `<parameter=` tags opened inside the value
+/// before `at` are not closed yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ValueScan {
     vstart: usize,
     at: usize,
-    first_close: Option<usize>,
+    depth: usize,
 }
 
 /// The end of a parameter value.
@@ -1040,6 +1073,33 @@ struct ValueEnd {
     end: usize,
     /// Where parsing resumes (after `</parameter>` when present).
     next: usize,
+}
+
+/// The value being scanned: its parameter and the call around it.
+struct ValueCtx<'a> {
+    /// Where the value text starts (after the tag and one newline).
+    vstart: usize,
+    /// The parameter's name.
+    name: &'a str,
+    /// The tool's declaration (`None`: undeclared tool).
+    tool: Option<&'a ToolInfo>,
+    /// The parameters of the call read before this one.
+    seen: &'a Map<String, Json>,
+}
+
+impl ValueCtx<'_> {
+    /// `name` can be a parameter of this call: a declared property, or any
+    /// name when the tool declares none.
+    fn declares(&self, name: &str) -> bool {
+        match self.tool {
+            Some(t) if !t.params.is_empty() => t.params.contains_key(name),
+            _ => true,
+        }
+    }
+    /// Position `q` of `s` is at the start of a line of the value.
+    fn line_start(&self, s: &str, q: usize) -> bool {
+        q == self.vstart || (q > self.vstart && at_line_start(s, q))
+    }
 }
 
 impl CallContext<'_> {
@@ -1069,62 +1129,64 @@ impl CallContext<'_> {
         CallParse::Malformed { at: p }
     }
 
-    /// Whether a tag at `q` inside a value ends the value although no
-    /// `</parameter>` came (`Err` = more text needed to decide).
-    fn ends_value_unclosed(&self, s: &str, q: usize) -> Result<bool, CallParse> {
-        let rest = &s[q..];
-        if rest.starts_with(FUNCTION_CLOSE) || rest.starts_with(TOOL_CALL_CLOSE) {
-            return Ok(true);
+    /// Whether the `</parameter>` ending just before `next` closes the value:
+    /// what follows it (after whitespace) is a structural tag, `None` when
+    /// that is not decided yet (more text, or the end of the stream).
+    /// `lenient`: any `<parameter=` counts (an undeclared, repeated or
+    /// unnamed one), as in the second pass of the walk.
+    fn closes_value(&self, s: &str, next: usize, v: &ValueCtx, lenient: bool) -> Option<bool> {
+        let f = skip_ws(s, next);
+        let rest = &s[f..];
+        if lenient {
+            return starts_with_any(rest, &STRUCTURAL);
         }
-        let tag_named = |open: &str| match parse_tag_name(s, q + open.len()) {
-            Ok(_) => Ok(true),
-            Err(None) if !self.eos => Err(CallParse::Incomplete),
-            Err(_) => Ok(false),
-        };
         if rest.starts_with(PARAMETER_OPEN) {
-            return tag_named(PARAMETER_OPEN);
-        }
-        if !at_line_start(s, q) {
-            return Ok(false);
-        }
-        if rest.starts_with(FUNCTION_OPEN) {
-            return tag_named(FUNCTION_OPEN);
-        }
-        if rest.starts_with(TOOL_CALL_OPEN) {
-            let f = skip_ws(s, q + TOOL_CALL_OPEN.len());
-            return match starts_with_any(&s[f..], &[FUNCTION_OPEN]) {
-                Some(b) => Ok(b),
-                None if !self.eos => Err(CallParse::Incomplete),
-                None => Ok(false),
+            // Another parameter of this call: a declared one not seen yet.
+            return match parse_tag_name(s, f + PARAMETER_OPEN.len()) {
+                Ok((name, _)) => {
+                    Some(name != v.name && !v.seen.contains_key(name) && v.declares(name))
+                }
+                Err(None) => None,
+                Err(Some(_)) => Some(false),
             };
         }
-        Ok(false)
+        if could_become(rest, PARAMETER_OPEN) {
+            return None;
+        }
+        starts_with_any(rest, &AFTER_VALUE)
     }
 
-    /// Find the end of the value starting at `vstart`.
-    fn value_end(&self, s: &str, vstart: usize) -> Result<ValueEnd, CallParse> {
-        let (mut i, mut first_close) = match self.resume {
-            Some(r) if r.vstart == vstart && r.at <= s.len() => (r.at, r.first_close),
-            _ => (vstart, None),
+    /// Find the end of the value of `v`.
+    fn value_end(&self, s: &str, v: &ValueCtx) -> Result<ValueEnd, CallParse> {
+        let (mut i, mut depth) = match self.resume {
+            Some(r) if r.vstart == v.vstart && r.at <= s.len() => (r.at, r.depth),
+            _ => (v.vstart, 0),
         };
-        let result = self.scan_value(s, &mut i, &mut first_close);
+        let result = self.scan_value(s, v, &mut i, &mut depth, false);
         if matches!(result, Err(CallParse::Incomplete | CallParse::AwaitingTag)) {
             self.stopped.set(Some(ValueScan {
-                vstart,
+                vstart: v.vstart,
                 at: i,
-                first_close,
+                depth,
             }));
         }
         result
     }
 
-    /// The scan of [`value_end`](Self::value_end) from `*i`; on `Incomplete`
-    /// `*i` is the first undecided position.
+    /// The structural walk of [`value_end`](Self::value_end) from `*i`: the
+    /// value ends at the first `</parameter>` outside literal
+    /// `<parameter=…>…</parameter>` pairs that is followed by a structural
+    /// tag ([`closes_value`](Self::closes_value)). At the end of the stream,
+    /// when none did, a second, `lenient` pass from the value's start, then
+    /// [`unclosed_value_end`](Self::unclosed_value_end). On `Incomplete` `*i`
+    /// is the first undecided position.
     fn scan_value(
         &self,
         s: &str,
+        v: &ValueCtx,
         i: &mut usize,
-        first_close: &mut Option<usize>,
+        depth: &mut usize,
+        lenient: bool,
     ) -> Result<ValueEnd, CallParse> {
         while let Some(off) = s[*i..].find('<') {
             let q = *i + off;
@@ -1132,39 +1194,105 @@ impl CallContext<'_> {
             let rest = &s[q..];
             if rest.starts_with(PARAMETER_CLOSE) {
                 let next = q + PARAMETER_CLOSE.len();
-                let f = skip_ws(s, next);
-                match starts_with_any(&s[f..], &STRUCTURAL) {
-                    Some(true) => return Ok(ValueEnd { end: q, next }),
-                    None if !self.eos => return Err(CallParse::Incomplete),
-                    // The end of the stream (or a cut tag) follows: the
-                    // value ends here; the call is then incomplete.
-                    None => return Ok(ValueEnd { end: q, next }),
-                    Some(false) => {
-                        first_close.get_or_insert(q);
+                if *depth > 0 {
+                    // Closes a literal `<parameter=` of the value.
+                    *depth -= 1;
+                } else {
+                    match self.closes_value(s, next, v, lenient) {
+                        Some(true) => return Ok(ValueEnd { end: q, next }),
+                        Some(false) => {}
+                        None if !self.eos => return Err(CallParse::Incomplete),
+                        // The end of the stream (or a cut tag) follows: the
+                        // value ends here; the call is then incomplete.
+                        None => return Ok(ValueEnd { end: q, next }),
                     }
                 }
-            } else if self.ends_value_unclosed(s, q)? {
-                if let Some(c) = *first_close {
-                    // `…</parameter> stray text <tag>`.
-                    return Err(CallParse::Malformed {
-                        at: c + PARAMETER_CLOSE.len(),
-                    });
-                }
-                return Ok(ValueEnd { end: q, next: q });
-            } else if !self.eos
+                *i = next;
+                continue;
+            }
+            let line_start = v.line_start(s, q);
+            if line_start && rest.starts_with(PARAMETER_OPEN) {
+                // A literal call inside the value (an example in a document,
+                // a test string): its `</parameter>` is not this value's.
+                *depth += 1;
+                *i = q + PARAMETER_OPEN.len();
+                continue;
+            }
+            if !self.eos
                 && (could_become(rest, PARAMETER_CLOSE)
-                    || STRUCTURAL.iter().any(|t| could_become(rest, t)))
+                    || (line_start && could_become(rest, PARAMETER_OPEN)))
             {
                 return Err(CallParse::Incomplete);
             }
             *i = q + 1;
         }
         *i = s.len();
-        Err(if self.eos {
-            CallParse::Malformed { at: s.len() }
+        if !self.eos {
+            Err(CallParse::AwaitingTag)
+        } else if !lenient {
+            let mut at = v.vstart;
+            self.scan_value(s, v, &mut at, &mut 0, true)
         } else {
-            CallParse::AwaitingTag
-        })
+            self.unclosed_value_end(s, v)
+        }
+    }
+
+    /// The end of a value that no structural `</parameter>` closes (read at
+    /// the end of the stream, once none can come): the first of a `<parameter=`
+    /// at a line start naming a declared parameter not seen yet,
+    /// `</tool_call>`, a `</function>` followed by the end of the block or of
+    /// the stream or by the next call, or the start of the next call at a
+    /// line start. A `</parameter>` before that end, outside literal pairs,
+    /// is followed by stray text: the call is malformed. Without any such end
+    /// the call is truncated.
+    fn unclosed_value_end(&self, s: &str, v: &ValueCtx) -> Result<ValueEnd, CallParse> {
+        let mut depth = 0usize;
+        let mut first_close = None;
+        let mut i = v.vstart;
+        while let Some(off) = s[i..].find('<') {
+            let q = i + off;
+            i = q + 1;
+            let rest = &s[q..];
+            let line_start = v.line_start(s, q);
+            let named = |open: &str| parse_tag_name(s, q + open.len()).ok().map(|(n, _)| n);
+            let ends = if rest.starts_with(PARAMETER_CLOSE) {
+                if depth > 0 {
+                    depth -= 1;
+                } else {
+                    first_close.get_or_insert(q);
+                }
+                false
+            } else if rest.starts_with(TOOL_CALL_CLOSE) {
+                true
+            } else if rest.starts_with(FUNCTION_CLOSE) {
+                // (At the end of the stream a cut tag counts too.)
+                let after = &s[skip_ws(s, q + FUNCTION_CLOSE.len())..];
+                starts_with_any(after, &[TOOL_CALL_CLOSE, TOOL_CALL_OPEN, FUNCTION_OPEN])
+                    != Some(false)
+            } else if line_start && rest.starts_with(PARAMETER_OPEN) {
+                let ends = named(PARAMETER_OPEN)
+                    .is_some_and(|n| n != v.name && !v.seen.contains_key(n) && v.declares(n));
+                if !ends {
+                    depth += 1;
+                }
+                ends
+            } else if line_start && rest.starts_with(FUNCTION_OPEN) {
+                named(FUNCTION_OPEN).is_some()
+            } else if line_start && rest.starts_with(TOOL_CALL_OPEN) {
+                s[skip_ws(s, q + TOOL_CALL_OPEN.len())..].starts_with(FUNCTION_OPEN)
+            } else {
+                false
+            };
+            if ends {
+                return match first_close {
+                    Some(c) => Err(CallParse::Malformed {
+                        at: c + PARAMETER_CLOSE.len(),
+                    }),
+                    None => Ok(ValueEnd { end: q, next: q }),
+                };
+            }
+        }
+        Err(CallParse::Malformed { at: s.len() })
     }
 
     /// A `<function=NAME>` block at `p`; `bare`: not inside `<tool_call>`
@@ -1212,7 +1340,13 @@ impl CallContext<'_> {
                 return CallParse::Incomplete;
             }
             let vstart = after + (tail.len() - strip_leading_newline(tail).len());
-            let ValueEnd { end, next } = match self.value_end(s, vstart) {
+            let value = ValueCtx {
+                vstart,
+                name: pname,
+                tool,
+                seen: &arguments,
+            };
+            let ValueEnd { end, next } = match self.value_end(s, &value) {
                 Ok(v) => v,
                 Err(e) => return e,
             };

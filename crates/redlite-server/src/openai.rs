@@ -912,4 +912,64 @@ mod tests {
         assert_eq!(m.tool_calls[0].arguments, r#"{"path":"a.rs"}"#);
         assert!(m.content.is_empty());
     }
+
+    /// Values that hold the call format's own tags (a Markdown page showing
+    /// a call, a regular expression for `</function>`) come through the
+    /// streaming path token by token whole, as in the non-streaming body.
+    #[test]
+    fn tag_text_in_values_streams_like_the_whole_message() {
+        let app = test_app();
+        let page = "Example:\n<tool_call>\n<function=read>\n<parameter=path>\na.rs\n</parameter>\n</function>\n</tool_call>\nValues end at `</parameter>`.";
+        let regex = "r\"</function>\\s*</tool_call>\"";
+        let text = format!(
+            "Writing.\n<tool_call>\n<function=write>\n<parameter=path>\ndoc.md\n</parameter>\n<parameter=content>\n{page}\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=write>\n<parameter=path>\nre.py\n</parameter>\n<parameter=content>\n{regex}\n</parameter>\n</function>\n</tool_call>"
+        );
+        let tools = vec![
+            json!({"type": "function", "function": {"name": "write", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}}),
+        ];
+        let ids = test_tokens(&app, &text);
+        let end = test_end(ids.len());
+        let mut f = format(&app);
+        f.out = ChatOutput::new(&tools, ParserOptions::default(), vec![], "");
+        let (mut content, mut args) = (String::new(), Vec::<String>::new());
+        for &id in &ids {
+            for c in f.token(id, None, true) {
+                let v: Value = serde_json::from_str(&c.data).expect("json");
+                let d = &v["choices"][0]["delta"];
+                content.push_str(d["content"].as_str().unwrap_or(""));
+                for tc in d["tool_calls"].as_array().into_iter().flatten() {
+                    let i = tc["index"].as_u64().expect("index") as usize;
+                    args.resize(args.len().max(i + 1), String::new());
+                    args[i].push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+                }
+            }
+        }
+        let want = [
+            json!({"path": "doc.md", "content": page}),
+            json!({"path": "re.py", "content": regex}),
+        ];
+        assert_eq!(content, "Writing.");
+        let got: Vec<Value> = args
+            .iter()
+            .map(|a| serde_json::from_str(a).expect("arguments are JSON"))
+            .collect();
+        assert_eq!(got, want);
+        // Non-streaming: the same calls.
+        let mut f = format(&app);
+        f.out = ChatOutput::new(&tools, ParserOptions::default(), vec![], "");
+        for &id in &ids {
+            f.token(id, None, false);
+        }
+        let body = f.body(&end);
+        let m = &body["choices"][0]["message"];
+        assert_eq!(m["content"], "Writing.");
+        for (i, w) in want.iter().enumerate() {
+            let a = m["tool_calls"][i]["function"]["arguments"]
+                .as_str()
+                .expect("arguments");
+            assert_eq!(&serde_json::from_str::<Value>(a).expect("json"), w);
+        }
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    }
 }
