@@ -4,61 +4,24 @@
 //! one agent task driven through pi and stopped by its request cap and its
 //! time limit, with no process left behind.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use redlite_testkit::{fixture, workspace_root};
+use redlite_testkit::workspace_root;
 use serde_json::Value;
 
-struct Server {
-    child: Child,
-    base: String,
-}
+mod common;
+use common::{start_server, Server, ServerOptions};
 
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_redlite"))
-            .arg("serve")
-            .arg(fixture("tiny-s-bf16.gguf"))
-            .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start redlite serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(addr) = line.strip_prefix("listening on ") {
-                        let _ = tx.send(addr.to_string());
-                        sent = true;
-                    }
-                }
-                eprintln!("[server] {line}");
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(b) => b,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("redlite serve did not start within 60 s");
-            }
-        };
-        Server { child, base }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A server on the tiny model; its address is used as soon as it is bound
+/// (`redlite eval` waits for a server that is still loading its model).
+fn start(args: &[&str]) -> Server {
+    start_server(ServerOptions {
+        args,
+        wait_ready: false,
+        ..ServerOptions::default()
+    })
 }
 
 fn eval(args: &[&str]) -> Output {
@@ -85,7 +48,7 @@ fn read_json(p: &Path) -> Value {
 
 #[test]
 fn needle_2k_8k_and_32k_end_to_end() {
-    let s = Server::start(&["--context", "34000"]);
+    let s = start(&["--context", "34000"]);
     let dir = tempfile::tempdir().expect("tmp");
     let json = dir.path().join("needle.json");
     let svg = dir.path().join("needle.svg");
@@ -264,7 +227,7 @@ fn pgrep(marker: &str) -> String {
 #[test]
 fn agent_task_end_to_end_is_stopped_by_its_cap_and_its_timeout() {
     let pi = pi();
-    let s = Server::start(&["--context", "65536"]);
+    let s = start(&["--context", "65536"]);
     let dir = tempfile::tempdir().expect("tmp");
     // One real task, its prompt marked so that its processes can be found.
     let marker = format!("evalmarker{}x{}", std::process::id(), line!());

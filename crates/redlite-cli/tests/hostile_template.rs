@@ -6,16 +6,18 @@
 //! with status 1, and `serve` answers the chat request with an error and
 //! keeps serving.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use redlite_gguf::{GgufFile, GgufWriter};
 use redlite_testkit::fixture;
+
+mod common;
+use common::{start_server, Server, ServerOptions};
 
 /// Address space the child processes may use: room for the model, the
 /// threads and the template's own budget, far less than any hostile branch
@@ -118,53 +120,13 @@ fn run_chat_reports_a_hostile_template_instead_of_aborting() {
     );
 }
 
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(model: &str) -> Server {
-    let mut child = limited_redlite()
-        .args(["serve", model, "--host", "127.0.0.1", "--port", "0"])
-        .args(["--threads", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start redlite serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        // The port is bound before the model loads: the address comes first,
-        // and the server answers requests once it says it is ready.
-        let mut addr = None;
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(a) = line.strip_prefix("listening on ") {
-                    addr = Some(a.trim_start_matches("http://").to_string());
-                }
-                if let (true, Some(a)) = (line.starts_with("ready: "), addr.as_ref()) {
-                    let _ = tx.send(a.clone());
-                    sent = true;
-                }
-            }
-            eprintln!("[server] {line}");
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(addr) => Server { child, addr },
-        Err(_) => {
-            let _ = child.kill();
-            panic!("redlite serve did not start within 60 s");
-        }
-    }
+fn start(model: &Path) -> Server {
+    start_server(ServerOptions {
+        model: Some(model),
+        threads: 1,
+        command: Some(limited_redlite()),
+        ..ServerOptions::default()
+    })
 }
 
 /// One HTTP/1.1 request; returns the status code and the body.
@@ -206,8 +168,8 @@ fn chat(addr: &str, content: &str) -> (u16, String) {
 fn serve_answers_a_hostile_template_with_an_error_and_keeps_serving() {
     let dir = tempfile::tempdir().expect("tempdir");
     let model = copy_with_template(dir.path(), HOSTILE);
-    let server = start_server(model.to_str().expect("utf-8 path"));
-    let addr = server.addr.as_str();
+    let server = start(&model);
+    let addr = server.base.trim_start_matches("http://");
     for branch in BRANCHES {
         let (status, body) = chat(addr, branch);
         assert_eq!(status, 400, "{branch}: {body}");

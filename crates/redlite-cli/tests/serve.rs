@@ -3,65 +3,21 @@
 //! reuse, batched decoding, a bounded load test, and the pi coding agent.
 //! Each test starts its own server on a free port (`--port 0`).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use redlite_testkit::{fixture, python, workspace_root};
 
-struct Server {
-    child: Child,
-    base: String,
-}
+mod common;
+use common::{start_server, Server, ServerOptions};
 
-impl Server {
-    fn start(model: &Path, args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_redlite"))
-            .arg("serve")
-            .arg(model)
-            .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start redlite serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut base = None;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("listening on ") {
-                    base = Some(addr.to_string());
-                }
-                // The port is bound before the model loads: wait for both.
-                if line.starts_with("ready: ") {
-                    if let Some(b) = base.take() {
-                        let _ = tx.send(b);
-                    }
-                }
-                // Keep draining so the server never blocks on a full pipe;
-                // request log lines are shown with the test's output.
-                eprintln!("[server] {line}");
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(b) => b,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("redlite serve did not start within 60 s");
-            }
-        };
-        Server { child, base }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start(model: &Path, args: &[&str]) -> Server {
+    start_server(ServerOptions {
+        model: Some(model),
+        args,
+        ..ServerOptions::default()
+    })
 }
 
 fn script(name: &str) -> PathBuf {
@@ -97,7 +53,7 @@ fn tiny() -> PathBuf {
 
 #[test]
 fn openai_and_anthropic_sdks() {
-    let s = Server::start(&tiny(), &["--context", "4096"]);
+    let s = start(&tiny(), &["--context", "4096"]);
     let out = run_py("clients.py", &[("REDLITE_BASE", s.base.clone())]);
     assert!(out.contains("clients ok"));
 }
@@ -105,15 +61,15 @@ fn openai_and_anthropic_sdks() {
 #[test]
 fn expert_cache_counters_in_metrics() {
     // Two of tiny-s's experts fit in 1 MiB: every layer evicts.
-    let s = Server::start(&tiny(), &["--expert-cache", "1MiB"]);
+    let s = start(&tiny(), &["--expert-cache", "1MiB"]);
     let out = run_py("expertcache.py", &[("REDLITE_BASE", s.base.clone())]);
     assert!(out.contains("expert cache metrics ok"));
 }
 
 #[test]
 fn multi_turn_agent_reuses_state() {
-    let warm = Server::start(&tiny(), &["--context", "8192"]);
-    let fresh = Server::start(&tiny(), &["--context", "8192", "--state-cache", "0"]);
+    let warm = start(&tiny(), &["--context", "8192"]);
+    let fresh = start(&tiny(), &["--context", "8192", "--state-cache", "0"]);
     let out = run_py(
         "multiturn.py",
         &[
@@ -128,7 +84,7 @@ fn multi_turn_agent_reuses_state() {
 fn parallel_requests_decode_together_exactly() {
     // tiny-a has more experts than tiny-s: batch-mates route differently.
     for model in ["tiny-a-bf16.gguf", "tiny-s-CF2mix.gguf"] {
-        let s = Server::start(
+        let s = start(
             &fixture(model),
             &["--parallel", "4", "--state-cache", "0", "--batch", "16"],
         );
@@ -139,8 +95,8 @@ fn parallel_requests_decode_together_exactly() {
 
 #[test]
 fn lookup_changes_no_token_in_the_server() {
-    let reference = Server::start(&tiny(), &["--state-cache", "0"]);
-    let s = Server::start(
+    let reference = start(&tiny(), &["--state-cache", "0"]);
+    let s = start(
         &tiny(),
         &["--parallel", "4", "--state-cache", "0", "--lookup"],
     );
@@ -165,7 +121,7 @@ fn lookup_changes_no_token_in_the_server() {
 
 #[test]
 fn load_test_no_5xx_no_leaks() {
-    let s = Server::start(
+    let s = start(
         &tiny(),
         &[
             "--parallel",
@@ -206,7 +162,7 @@ fn pi() -> PathBuf {
 #[test]
 fn pi_agent_completes_a_prompt() {
     let pi = pi();
-    let s = Server::start(&tiny(), &["--context", "8192"]);
+    let s = start(&tiny(), &["--context", "8192"]);
     let port = s.base.rsplit(':').next().expect("port").to_string();
     let home = tempfile::tempdir().expect("tmp");
     let agent = home.path().join("agent");

@@ -4,61 +4,26 @@
 //! less than three times its size without holding up `/health`. Each test
 //! starts its own server on a free loopback port.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redlite_testkit::fixture;
 
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
-    /// Every stderr line so far.
-    log: Arc<Mutex<Vec<String>>>,
+mod common;
+use common::{start_server, Server, ServerOptions};
+
+fn start(args: &[&str]) -> Server {
+    start_server(ServerOptions {
+        args,
+        ..ServerOptions::default()
+    })
 }
 
-impl Serve {
-    fn start(args: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_redlite"))
-            .arg("serve")
-            .arg(fixture("tiny-s-bf16.gguf"))
-            .args(["--host", "127.0.0.1", "--port", "0", "--threads", "2"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start redlite serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut addr = None;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(a) = line.strip_prefix("listening on http://") {
-                    addr = a.parse::<SocketAddr>().ok();
-                }
-                if line.starts_with("ready: ") {
-                    if let Some(a) = addr.take() {
-                        let _ = tx.send(a);
-                    }
-                }
-                eprintln!("[server] {line}");
-                if let Ok(mut v) = l.lock() {
-                    v.push(line);
-                }
-            }
-        });
-        let Ok(addr) = rx.recv_timeout(Duration::from_secs(60)) else {
-            let _ = child.kill();
-            panic!("redlite serve did not become ready within 60 s");
-        };
-        Serve { child, addr, log }
-    }
-
+impl Server {
     fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on the pid of a child this test started and has
         // not yet reaped.
@@ -78,22 +43,6 @@ impl Serve {
         None
     }
 
-    fn log_has(&self, needle: &str) -> bool {
-        // The reader thread may trail the process's exit slightly.
-        for _ in 0..50 {
-            if self
-                .log
-                .lock()
-                .map(|v| v.iter().any(|l| l.contains(needle)))
-                .unwrap_or(false)
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
     fn rss_peak_kib(&self) -> u64 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("/proc status");
@@ -102,13 +51,6 @@ impl Serve {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .expect("VmHWM")
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -177,7 +119,7 @@ fn open_stream(addr: SocketAddr, n: u32) -> TcpStream {
 
 #[test]
 fn sigint_ends_a_long_generation_cleanly() {
-    let mut s = Serve::start(&["--context", "70000"]);
+    let mut s = start(&["--context", "70000"]);
     let mut c = open_stream(s.addr, 60_000);
     let t = Instant::now();
     s.signal(libc::SIGINT);
@@ -203,7 +145,7 @@ fn sigint_ends_a_long_generation_cleanly() {
 
 #[test]
 fn a_second_sigint_exits_at_once() {
-    let mut s = Serve::start(&[]);
+    let mut s = start(&[]);
     // A request whose body never completes keeps the drain waiting.
     let mut stuck = TcpStream::connect(s.addr).expect("connect");
     write!(
@@ -256,7 +198,7 @@ fn a_taken_port_fails_before_the_model_loads() {
 
 #[test]
 fn a_64mb_body_of_junk_costs_under_three_times_its_size() {
-    let s = Serve::start(&["--context", "512"]);
+    let s = start(&["--context", "512"]);
     let addr = s.addr;
     // Warm the allocator and the request path first.
     let small = br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}"#;
