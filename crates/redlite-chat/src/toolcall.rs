@@ -54,6 +54,13 @@
 //! decided at the end of the stream (a structural `</parameter>` could still
 //! come); every other call as soon as its last tag is read.
 //!
+//! The walk is a heuristic with the official parser's limits: a value that
+//! shows only the end of a call (`</parameter>` then `</function>` on the
+//! next line, without the opening `<parameter=` at a line start before it)
+//! ends there, and a literal `<parameter=` at a line start without its
+//! `</parameter>` pairs with the value's own close (the value is then read
+//! by the second pass).
+//!
 //! Where the official parser is unsafe or loses text, this one differs
 //! (deliberately, and tested against a model of the official parser):
 //!

@@ -394,3 +394,86 @@ fn well_formed_calls_are_announced_without_waiting_for_the_end() {
         );
     }
 }
+
+/// Random values built from pieces that mention every tag (inline, in
+/// string literals, in regular expressions, whole calls at line starts),
+/// in random calls between prose: each value comes back exactly, however
+/// the text is split.
+#[test]
+fn random_values_with_tag_text_come_back_exactly() {
+    use rand::{Rng, SeedableRng};
+    // No piece leaves a `</parameter>` at the end or a `<parameter=` at a
+    // line start outside a whole literal call: those are the structural
+    // cases, not text.
+    const PIECES: &[&str] = &[
+        "alpha", " ", "\n", "\n\n", "x = 1;", "ü🚀", "a < b && c > d", "<div>", "<", ">", "=",
+        "`</parameter>`", "\"</parameter>\"", "a</parameter>b", "</parameter>)",
+        "</function>", "</tool_call>", "<tool_call>", "<function=read>", "<function=",
+        "\"</function>\\n</tool_call>\"", "r\"</parameter>\\s*</function>\"",
+        "re.compile(r\"<function=(.*?)</function>\")", "x<parameter=path>y",
+        "\n<tool_call>\n<function=read>\n<parameter=path>\nv\n</parameter>\n</function>\n</tool_call>\n",
+        "\n<parameter=new>\nv\n</parameter>\n",
+        "\n    <tool_call>\n    <function=write>\n    <parameter=content>\n    <parameter=x>\n    </parameter>\n    </parameter>\n    </function>\n    </tool_call>\n",
+    ];
+    const PROSE: &[&str] = &["", "Working on it.", "Done.", "Next:"];
+    const CALLS: &[(&str, &[&str])] = &[
+        ("write", &["path", "content"]),
+        ("edit", &["path", "old", "new"]),
+        ("grep", &["pattern", "path"]),
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7a9_7e48);
+    for _ in 0..300 {
+        let mut text = String::new();
+        let mut content: Vec<&str> = Vec::new();
+        let mut calls = Vec::new();
+        let prose = PROSE[rng.gen_range(0..PROSE.len())];
+        text.push_str(prose);
+        if !prose.is_empty() {
+            content.push(prose);
+        }
+        for _ in 0..rng.gen_range(1..4) {
+            let (name, params) = CALLS[rng.gen_range(0..CALLS.len())];
+            let mut args = serde_json::Map::new();
+            let mut raw = Vec::new();
+            let chosen: Vec<&str> = params
+                .iter()
+                .copied()
+                .filter(|_| rng.gen_bool(0.8))
+                .collect();
+            for p in chosen {
+                let value: String = (0..rng.gen_range(0..12))
+                    .map(|_| PIECES[rng.gen_range(0..PIECES.len())])
+                    .collect();
+                args.insert(p.to_string(), Value::String(value.clone()));
+                raw.push((p.to_string(), value));
+            }
+            let raw: Vec<(&str, &str)> =
+                raw.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            text.push('\n');
+            text.push_str(&call_text(name, &raw));
+            calls.push((name, Value::Object(args)));
+            let prose = PROSE[rng.gen_range(0..PROSE.len())];
+            text.push('\n');
+            text.push_str(prose);
+            if !prose.is_empty() {
+                content.push(prose);
+            }
+        }
+        let joined = content.join("\n");
+        let c = Case {
+            name: Box::leak(format!("random {text:?}").into_boxed_str()),
+            text,
+            content: Box::leak(joined.into_boxed_str()),
+            calls,
+        };
+        check(
+            &c,
+            &ToolCallParser::parse_complete(&c.text, &tools(), opts()),
+            "whole",
+        );
+        let all: Vec<usize> = c.text.char_indices().map(|(i, _)| i).skip(1).collect();
+        check(&c, &stream(&c.text, &all), "char by char");
+        let cuts: Vec<usize> = all.iter().copied().filter(|_| rng.gen_bool(0.25)).collect();
+        check(&c, &stream(&c.text, &cuts), &format!("cuts {cuts:?}"));
+    }
+}
