@@ -30,8 +30,9 @@
 //! * **tag text inside a value stays in the value.** A `</parameter>` closes
 //!   the value only when what follows it (after whitespace) is a
 //!   `<parameter=NAME>` of a declared parameter not seen yet in the call
-//!   (any name when the tool declares no parameters), `</function>` or
-//!   `</tool_call>` (or the end of the stream). A `<parameter=` at the start
+//!   (any name when the tool declares no parameters), `</function>` followed
+//!   by `</tool_call>` (or the next call), or `</tool_call>` (or the end of
+//!   the stream). A `<parameter=` at the start
 //!   of a line inside a value opens a literal call (an example in a
 //!   document, a parser's test strings): the next `</parameter>` closes it,
 //!   not the value. `</function>`, `</tool_call>`, `<tool_call>` and
@@ -55,11 +56,10 @@
 //! come); every other call as soon as its last tag is read.
 //!
 //! The walk is a heuristic with the official parser's limits: a value that
-//! shows only the end of a call (`</parameter>` then `</function>` on the
-//! next line, without the opening `<parameter=` at a line start before it)
-//! ends there, and a literal `<parameter=` at a line start without its
-//! `</parameter>` pairs with the value's own close (the value is then read
-//! by the second pass).
+//! shows only the end of a call down to `</tool_call>` (without the opening
+//! `<parameter=` at a line start before it) ends there, and a literal
+//! `<parameter=` at a line start without its `</parameter>` pairs with the
+//! value's own close (the value is then read by the second pass).
 //!
 //! Where the official parser is unsafe or loses text, this one differs
 //! (deliberately, and tested against a model of the official parser):
@@ -1159,6 +1159,12 @@ impl CallContext<'_> {
         }
         if could_become(rest, PARAMETER_OPEN) {
             return None;
+        }
+        if rest.starts_with(FUNCTION_CLOSE) {
+            // The end of the call: only where the block ends or the next
+            // call starts (a value may show the end of a call).
+            let after = &s[skip_ws(s, f + FUNCTION_CLOSE.len())..];
+            return starts_with_any(after, &[TOOL_CALL_CLOSE, TOOL_CALL_OPEN, FUNCTION_OPEN]);
         }
         starts_with_any(rest, &AFTER_VALUE)
     }

@@ -154,6 +154,29 @@ fn cases() -> Vec<Case> {
                        "new": "</tool_call>\n<tool_call>\n<function=read>", "dry_run": true}),
             )],
         },
+        Case {
+            name: "end_of_a_call_inside_a_value",
+            // `</parameter>` then `</function>`, but no `</tool_call>` after
+            // it: text (the call's own end follows).
+            text: call_text(
+                "write",
+                &[("path", "doc.md"), ("content", "A call ends with\n</parameter>\n</function>\nand that is all.")],
+            ),
+            content: "",
+            calls: vec![(
+                "write",
+                json!({"path": "doc.md", "content": "A call ends with\n</parameter>\n</function>\nand that is all."}),
+            )],
+        },
+        Case {
+            name: "bare_call_then_prose",
+            // Without `<tool_call>`, `</function>` followed by prose still
+            // ends the call (decided at the end of the stream).
+            text: "Reading.\n<function=read>\n<parameter=path>\na </parameter> b\n</parameter>\n</function>\nThen more."
+                .to_string(),
+            content: "Reading.\nThen more.",
+            calls: vec![("read", json!({"path": "a </parameter> b"}))],
+        },
         // --- 3. Whole calls inside a value.
         Case {
             name: "markdown_page_with_a_call",
@@ -370,18 +393,22 @@ fn random_chunks_give_the_same_calls() {
     }
 }
 
-/// A well-formed call is announced as soon as its `</function>` is read,
+/// A well-formed call is announced as soon as its `</tool_call>` is read,
 /// before the end of the stream, however much tag text its values hold.
 #[test]
 fn well_formed_calls_are_announced_without_waiting_for_the_end() {
     for c in cases() {
-        if c.calls.is_empty() || c.name.starts_with("missing") || c.name.starts_with("undeclared") {
+        if c.calls.is_empty()
+            || ["missing", "undeclared", "bare"]
+                .iter()
+                .any(|p| c.name.starts_with(p))
+        {
             continue;
         }
-        let Some(close) = c.text.rfind("</function>") else {
+        let Some(close) = c.text.rfind("</tool_call>") else {
             continue;
         };
-        let upto = close + "</function>".len();
+        let upto = close + "</tool_call>".len();
         let mut p = ToolCallParser::new(&tools(), opts());
         for (i, ch) in c.text[..upto].char_indices() {
             p.push(&c.text[i..i + ch.len_utf8()]);
@@ -413,6 +440,7 @@ fn random_values_with_tag_text_come_back_exactly() {
         "re.compile(r\"<function=(.*?)</function>\")", "x<parameter=path>y",
         "\n<tool_call>\n<function=read>\n<parameter=path>\nv\n</parameter>\n</function>\n</tool_call>\n",
         "\n<parameter=new>\nv\n</parameter>\n",
+        "\n</parameter>\n</function>\nmore",
         "\n    <tool_call>\n    <function=write>\n    <parameter=content>\n    <parameter=x>\n    </parameter>\n    </parameter>\n    </function>\n    </tool_call>\n",
     ];
     const PROSE: &[&str] = &["", "Working on it.", "Done.", "Next:"];
