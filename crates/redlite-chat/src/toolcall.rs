@@ -32,21 +32,20 @@
 //!   `<parameter=NAME>` of a declared parameter not seen yet in the call
 //!   (any name when the tool declares no parameters), `</function>` followed
 //!   by `</tool_call>` (or the next call), or `</tool_call>` (or the end of
-//!   the stream). A `<parameter=` at the start
-//!   of a line inside a value opens a literal call (an example in a
-//!   document, a parser's test strings): the next `</parameter>` closes it,
-//!   not the value. `</function>`, `</tool_call>`, `<tool_call>` and
-//!   `<function=` inside a value are text. So a value may hold code that
-//!   mentions the tags (`"</function>"` in a string literal, a regular
-//!   expression), an inline `</parameter>`, or whole
-//!   `<tool_call>…</tool_call>` examples;
+//!   the stream). A `<parameter=` at the start of a line inside a value opens
+//!   a literal call (an example in a document, a parser's test strings): the
+//!   next `</parameter>` closes it, not the value. `</function>`,
+//!   `</tool_call>`, `<tool_call>` and `<function=` inside a value are text.
+//!   So a value may hold code that mentions the tags (`"</function>"` in a
+//!   string literal, a regular expression), an inline `</parameter>`, or
+//!   whole `<tool_call>…</tool_call>` examples;
 //! * when no `</parameter>` closes a value that way, a second pass at the end
 //!   of the stream takes the first `</parameter>` (outside literal pairs)
-//!   followed by any `<parameter=` (an undeclared or repeated parameter);
-//!   failing that, `</parameter>` is missing and the value ends at the first
-//!   `<parameter=NAME>` at a line start naming a declared parameter not seen
-//!   yet, `</tool_call>`, or a `</function>` followed by `</tool_call>` or
-//!   the end (or the start of the next call);
+//!   followed by any `<parameter=` (an undeclared or repeated parameter) or
+//!   any of the tags above; failing that, `</parameter>` is missing and the
+//!   value ends at the first `<parameter=NAME>` at a line start naming a
+//!   declared parameter not seen yet, `</tool_call>`, or a `</function>`
+//!   followed by `</tool_call>` or the end (or the start of the next call);
 //! * a function whose `</function>` is missing ends at `</tool_call>`;
 //! * every `<function=…>` block of a `<tool_call>` is a call of its own;
 //!   `</tool_call>` itself is optional.
@@ -76,6 +75,12 @@
 //!   `</tool_call>` (or the start of the next call) before the end of the
 //!   stream is never announced; its text comes back as content. (The official
 //!   parser emits whatever it has.)
+//! * **A stricter walk.** The official walk takes any declared parameter
+//!   name after `</parameter>` (this one only those not seen yet, then the
+//!   rest in the second pass), ends a function at any `</function>` after a
+//!   closed value (this one only before `</tool_call>` or the next call,
+//!   then the rest in the second pass), and counts a line start only right
+//!   after `\n` (this one also after indentation).
 //! * **Calls are not merged.** A call missing `</function>` or
 //!   `</tool_call>` ends where the next call starts: a `</parameter>`
 //!   followed by `<tool_call>` or `<function=` closes the value too, and a
