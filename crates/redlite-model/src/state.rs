@@ -8,7 +8,11 @@
 //! other needs. The forward pass (`qwen3next.rs`) reads and writes a
 //! [`CpuState`]'s layers and records into a [`CpuTrail`]; what a state does
 //! on its own (fork, size, the random filler for timing decode at depth,
-//! rollback by replaying the delta rule) lives here.
+//! rollback by replaying the delta rule) lives here. A host state's KV
+//! caches are tables of shared blocks ([`crate::KvCache`]): a fork shares
+//! them all, a snapshot all but the partly filled last one, and either side
+//! copies a shared block before writing into it; the conv and recurrent
+//! states are copied.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -245,9 +249,9 @@ impl CpuState {
                     add(1, ssm);
                 }
                 LayerState::Attention(kv) => {
-                    let (k, v) = kv.to_vecs();
-                    add(2, &k);
-                    add(3, &v);
+                    let (k, v) = kv.tables();
+                    k.iter().for_each(|b| add(2, b));
+                    v.iter().for_each(|b| add(3, b));
                 }
             }
         }
