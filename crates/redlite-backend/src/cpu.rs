@@ -953,7 +953,7 @@ impl Backend for CpuBackend {
         for (i, (kb, vb)) in kv.k.iter().zip(kv.v).enumerate() {
             // Every block the queries read is whole up to where they read.
             let want = n_keys
-                .saturating_sub(i * kv.block_tokens)
+                .saturating_sub(i.saturating_mul(kv.block_tokens))
                 .min(kv.block_tokens)
                 * row;
             assert!(
@@ -962,7 +962,7 @@ impl Backend for CpuBackend {
             );
         }
         assert!(
-            kv.k.len() * kv.block_tokens >= n_keys,
+            kv.k.len().saturating_mul(kv.block_tokens) >= n_keys,
             "attention: KV cache size"
         );
         if t == 1 && nh % s.n_head_kv == 0 {

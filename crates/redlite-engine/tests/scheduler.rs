@@ -445,3 +445,48 @@ fn boundary_snapshots_are_the_first_then_the_latest_spaced_ones() {
         vec![1500]
     );
 }
+
+/// Two conversations sharing a first message: the second resumes from the
+/// snapshot taken at the first message boundary (counted under its kind)
+/// and decodes exactly as a scheduler without reuse does.
+#[test]
+fn conversations_sharing_a_first_message_resume_at_its_boundary() {
+    let p = prompts();
+    let m = model("tiny-s-CF2mix.gguf");
+    let mut system = ids(&p, "code");
+    system.extend(ids(&p, "prose"));
+    let b = system.len();
+    let conv = |user: &str| {
+        let mut t = system.clone();
+        t.extend(ids(&p, user));
+        Request {
+            boundaries: vec![b],
+            logprobs: Some(4),
+            ..greedy(t, 3)
+        }
+    };
+    let cfg = |cache| SchedulerConfig {
+        prefill_chunk: 64,
+        state_cache_bytes: cache,
+        boundary_min_tokens: 100,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(m.clone(), vec![], cfg(1 << 30));
+    let c1 = Collect::default();
+    run_all(&mut s, vec![(conv("hello"), c1.clone())]);
+    assert_eq!(c1.finish().cached_tokens, 0);
+    let c2 = Collect::default();
+    run_all(&mut s, vec![(conv("unicode"), c2.clone())]);
+    assert_eq!(c2.finish().cached_tokens, b);
+    let hits = s.stats().snapshot_hits_by_kind;
+    assert_eq!(hits[SnapshotKind::MessageBoundary.index()], 1, "{hits:?}");
+    assert_eq!(hits.iter().sum::<u64>(), 1);
+
+    let mut fresh = Scheduler::new(m, vec![], cfg(0));
+    let c3 = Collect::default();
+    run_all(&mut fresh, vec![(conv("unicode"), c3.clone())]);
+    assert_eq!(c3.finish().cached_tokens, 0);
+    assert_eq!(c2.tokens(), c3.tokens());
+    // The same chunks (cut at the boundary in both runs): the same bits.
+    assert_eq!(c2.first_logprobs(), c3.first_logprobs());
+}
