@@ -780,7 +780,8 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
         offset: 0,
     };
     let req = Request {
-        boundaries: Vec::new(),
+        // A prompt rendered by the client may hold chat messages too.
+        boundaries: message_boundaries(&app.tokenizer, &ids),
         prompt: ids,
         max_tokens,
         sampling,
