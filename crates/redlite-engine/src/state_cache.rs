@@ -2,8 +2,10 @@
 //!
 //! An agent resends its whole conversation every turn. The scheduler keeps a
 //! snapshot of a sequence's state (KV cache, DeltaNet conv and recurrent
-//! states) at the end of every prompt, at the end of every reply and at
-//! regular points inside long prompts; a new request resumes from the
+//! states) at the end of every prompt, at the end of every reply, at
+//! regular points inside long prompts and at message boundaries (the end of
+//! the system prompt and tools first, where a new conversation of the same
+//! agent parts from an earlier one); a new request resumes from the
 //! longest snapshot whose tokens are a prefix of its own and prefills only
 //! the rest. The DeltaNet state cannot be truncated to an earlier position,
 //! so a snapshot is the only way back to one.
