@@ -11,7 +11,7 @@ use rayon::ThreadPool;
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
 use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
-use crate::{AttnShape, Backend, DeltaInputs, MatJob, QMat, DELTA_CHUNK};
+use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
 const ROW_TILE: usize = 16;
@@ -681,8 +681,7 @@ pub(crate) fn delta_all_heads(
 fn attn_block(
     s: &AttnShape,
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    kv: &KvBlocks<'_>,
     h: usize,
     t0: usize,
     t1: usize,
@@ -697,13 +696,19 @@ fn attn_block(
     let mut kt = vec![0f32; hd * ATT_KB];
     let mut qs = vec![0f32; hd];
     let n_keys = s.pos0 + t1; // keys visible to the last query
-    let row = |j: usize| ((j * s.n_head_kv + kvh) * hd)..((j * s.n_head_kv + kvh + 1) * hd);
     let mut k0 = 0;
     while k0 < n_keys {
-        let k1 = (k0 + ATT_KB).min(n_keys);
+        // A chunk never crosses a block: with blocks a multiple of
+        // ATT_KB long the chunks (and so the sums) are those of one
+        // contiguous cache.
+        let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
+        let (kb, vb) = (kv.k[b], kv.v[b]);
+        let row = |j: usize| {
+            ((off + j) * s.n_head_kv + kvh) * hd..((off + j) * s.n_head_kv + kvh + 1) * hd
+        };
         let nk = k1 - k0;
         for j in 0..nk {
-            for (d, &x) in k[row(k0 + j)].iter().enumerate() {
+            for (d, &x) in kb[row(j)].iter().enumerate() {
                 kt[d * nk + j] = x;
             }
         }
@@ -730,8 +735,8 @@ fn attn_block(
             mx[qi] = m_new;
             sum[qi] += exp_sub_sum(sc, m_new);
             let stride = s.n_head_kv * hd;
-            let base = row(k0).start;
-            axpy_rows(o, sc, &v[base..], stride);
+            let base = row(0).start;
+            axpy_rows(o, sc, &vb[base..], stride);
         }
         k0 = k1;
     }
@@ -749,7 +754,7 @@ fn attn_block(
 /// heads' scores are row dot products, no transposed copy), each value
 /// row once per block for all of them. The same online softmax as
 /// [`attn_block`] (max-subtraction, f64 sums). Returns `[group, head_dim]`.
-fn attn_decode_group(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], kvh: usize) -> Vec<f32> {
+fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) -> Vec<f32> {
     let hd = s.head_dim;
     let g = s.n_head / s.n_head_kv;
     let n_keys = s.pos0 + 1;
@@ -764,17 +769,10 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], kvh: usize)
         .collect();
     let mut k0 = 0;
     while k0 < n_keys {
-        let k1 = (k0 + ATT_KB).min(n_keys);
+        let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
+        let base = off * stride + kvh * hd;
         let nk = k1 - k0;
-        scores_group(
-            &qs,
-            hd,
-            &k[k0 * stride + kvh * hd..],
-            stride,
-            nk,
-            &mut scores,
-            ATT_KB,
-        );
+        scores_group(&qs, hd, &kv.k[b][base..], stride, nk, &mut scores, ATT_KB);
         for h in 0..g {
             let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
             let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -787,7 +785,7 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], kvh: usize)
             }
             mx[h] = m_new;
             sum[h] += exp_sub_sum(sc, m_new);
-            axpy_rows(o, sc, &v[k0 * stride + kvh * hd..], stride);
+            axpy_rows(o, sc, &kv.v[b][base..], stride);
         }
         k0 = k1;
     }
@@ -944,17 +942,28 @@ impl Backend for CpuBackend {
             .install(|| delta_all_heads(inp, state, out, delta_head_recurrent))
     }
 
-    fn attention(&self, s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
+    fn attention(&self, s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut [f32]) {
         let (t, hd, nh) = (s.n_tok, s.head_dim, s.n_head);
+        let row = s.n_head_kv * hd;
         assert_eq!(q.len(), t * nh * hd, "attention: query size");
         assert_eq!(out.len(), t * nh * hd, "attention: output size");
+        assert!(kv.block_tokens > 0, "attention: empty KV blocks");
+        assert_eq!(kv.k.len(), kv.v.len(), "attention: key and value tables");
+        let n_keys = s.pos0 + t;
+        for (i, (kb, vb)) in kv.k.iter().zip(kv.v).enumerate() {
+            // Every block the queries read is whole up to where they read.
+            let want = n_keys
+                .saturating_sub(i.saturating_mul(kv.block_tokens))
+                .min(kv.block_tokens)
+                * row;
+            assert!(
+                kb.len() >= want && vb.len() >= want,
+                "attention: KV block {i} holds fewer positions than the queries see"
+            );
+        }
         assert!(
-            k.len() >= (s.pos0 + t) * s.n_head_kv * hd,
-            "attention: key cache size"
-        );
-        assert!(
-            v.len() >= (s.pos0 + t) * s.n_head_kv * hd,
-            "attention: value cache size"
+            kv.k.len().saturating_mul(kv.block_tokens) >= n_keys,
+            "attention: KV cache size"
         );
         if t == 1 && nh % s.n_head_kv == 0 {
             // Decode: one job per KV head and its group of query heads.
@@ -962,7 +971,7 @@ impl Backend for CpuBackend {
             let groups: Vec<Vec<f32>> = self.pool.install(|| {
                 (0..s.n_head_kv)
                     .into_par_iter()
-                    .map(|kvh| attn_decode_group(s, q, k, v, kvh))
+                    .map(|kvh| attn_decode_group(s, q, kv, kvh))
                     .collect()
             });
             for (kvh, o) in groups.iter().enumerate() {
@@ -978,7 +987,7 @@ impl Backend for CpuBackend {
             jobs.par_iter()
                 .map(|&(h, b)| {
                     let t0 = b * ATT_QB;
-                    attn_block(s, q, k, v, h, t0, (t0 + ATT_QB).min(t))
+                    attn_block(s, q, kv, h, t0, (t0 + ATT_QB).min(t))
                 })
                 .collect()
         });
@@ -1379,17 +1388,71 @@ mod tests {
             head_dim: hd,
             scale: 0.25,
         };
-        let mut out = vec![0f32; t * nh * hd];
-        be.attention(&s, &q, &k, &v, &mut out);
-        for tt in [0, 1, 31, 32, 69] {
+        // One contiguous block, then tables of blocks: 256 positions (the
+        // cache's block, a multiple of the key chunk: bit for bit the
+        // contiguous result), and sizes that cut chunks (100, 7).
+        let whole = kv_table(&k, &v, nkv * hd, usize::MAX);
+        let mut contiguous = vec![0f32; t * nh * hd];
+        be.attention(&s, &q, &whole.view(), &mut contiguous);
+        for bt in [usize::MAX, 256, 100, 7] {
+            let table = kv_table(&k, &v, nkv * hd, bt);
+            let mut out = vec![0f32; t * nh * hd];
+            be.attention(&s, &q, &table.view(), &mut out);
+            if bt % ATT_KB == 0 {
+                assert_eq!(out, contiguous, "blocks of {bt}");
+            }
+            check_attention(&out, &q, &k, &v, (nh, nkv, hd), (pos0, 0.25), bt);
+        }
+    }
+
+    /// Keys and values cut into blocks of `bt` positions (`usize::MAX`: one).
+    struct KvTable<'a> {
+        k: Vec<&'a [f32]>,
+        v: Vec<&'a [f32]>,
+        bt: usize,
+    }
+
+    impl KvTable<'_> {
+        fn view(&self) -> KvBlocks<'_> {
+            KvBlocks {
+                k: &self.k,
+                v: &self.v,
+                block_tokens: self.bt,
+            }
+        }
+    }
+
+    fn kv_table<'a>(k: &'a [f32], v: &'a [f32], row: usize, bt: usize) -> KvTable<'a> {
+        let n = bt.saturating_mul(row).min(k.len());
+        KvTable {
+            k: k.chunks(n).collect(),
+            v: v.chunks(n).collect(),
+            bt,
+        }
+    }
+
+    fn check_attention(
+        out: &[f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        (nh, nkv, hd): (usize, usize, usize),
+        (pos0, scale): (usize, f64),
+        bt: usize,
+    ) {
+        let t = out.len() / (nh * hd);
+        for tt in [0, 1, 31, 32, 69].into_iter().filter(|&x| x < t) {
             for h in 0..nh {
-                let kv = h / 2;
+                let kv = h / (nh / nkv);
                 let qv = &q[(tt * nh + h) * hd..][..hd];
-                let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + tt + 1, 0.25);
+                let want = naive_attention(qv, k, v, nkv, kv, pos0 + tt + 1, scale);
                 for dd in 0..hd {
                     let e = want[dd];
                     let got = out[(tt * nh + h) * hd + dd] as f64;
-                    assert!((got - e).abs() < 1e-5, "t{tt} h{h} d{dd}: {got} vs {e}");
+                    assert!(
+                        (got - e).abs() < 1e-5,
+                        "blocks of {bt}: t{tt} h{h} d{dd}: {got} vs {e}"
+                    );
                 }
             }
         }
@@ -1420,11 +1483,21 @@ mod tests {
             head_dim: hd,
             scale: 0.2,
         };
+        let whole = kv_table(&k, &v, nkv * hd, usize::MAX);
         let mut out = vec![0f32; nh * hd];
-        be.attention(&s, &q, &k, &v, &mut out);
+        be.attention(&s, &q, &whole.view(), &mut out);
+        for bt in [256, 100, 7] {
+            let table = kv_table(&k, &v, nkv * hd, bt);
+            let mut blocked = vec![0f32; nh * hd];
+            be.attention(&s, &q, &table.view(), &mut blocked);
+            if bt % ATT_KB == 0 {
+                assert_eq!(blocked, out, "blocks of {bt}");
+            }
+            check_attention(&blocked, &q, &k, &v, (nh, nkv, hd), (pos0, 0.2), bt);
+        }
         for h in 0..nh {
             let kv = h / (nh / nkv);
-            let general = attn_block(&s, &q, &k, &v, h, 0, 1);
+            let general = attn_block(&s, &q, &whole.view(), h, 0, 1);
             let qv = &q[h * hd..][..hd];
             let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + 1, 0.2);
             for dd in 0..hd {

@@ -157,6 +157,39 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
+/// A KV cache as a table of fixed-size blocks, read in place by
+/// [`Backend::attention`]: block `i` holds positions `i * block_tokens ..
+/// (i + 1) * block_tokens` (the last one may hold fewer), each position a
+/// row `[n_head_kv, head_dim]`, keys and values in separate tables. The
+/// table is addressed by block index only, so a device can keep the same
+/// layout as a table of indices into its own block pool.
+#[derive(Clone, Copy, Debug)]
+pub struct KvBlocks<'a> {
+    pub k: &'a [&'a [f32]],
+    pub v: &'a [&'a [f32]],
+    /// Positions per block (the same for every block; at least 1).
+    pub block_tokens: usize,
+}
+
+impl<'a> KvBlocks<'a> {
+    /// Positions the table holds.
+    pub fn positions(&self, row: usize) -> usize {
+        let full = self.k.len().saturating_sub(1) * self.block_tokens;
+        full + self.k.last().map_or(0, |b| b.len() / row.max(1))
+    }
+
+    /// Block and offset of position `p`, and where the chunk of at most
+    /// `max` positions that starts there must end (`p + max`, the end of
+    /// the block or `end`, whichever comes first).
+    #[inline]
+    pub fn locate(&self, p: usize, max: usize, end: usize) -> (usize, usize, usize) {
+        let bt = self.block_tokens.max(1);
+        let (b, off) = (p / bt, p % bt);
+        let stop = (p + max).min(end).min(p + (bt - off));
+        (b, off, stop)
+    }
+}
+
 /// One product of a [`Backend::matmul_multi`] call: `y = W·x` over `n_tok`
 /// rows, each computed exactly as at batch 1.
 pub struct MatJob<'a, 'b> {
@@ -218,10 +251,11 @@ pub trait Backend: Send + Sync {
     /// The same, one token at a time (the recurrence).
     fn delta_rule_recurrent(&self, inp: &DeltaInputs<'_>, state: &mut [f32], out: &mut [f32]);
 
-    /// Causal softmax attention. `q` is `[n_tok, n_head, head_dim]`; the caches
-    /// `k`, `v` are `[pos0 + n_tok, n_head_kv, head_dim]`. Query head `h` uses
-    /// KV head `h / (n_head / n_head_kv)`. Writes `out` `[n_tok, n_head, head_dim]`.
-    fn attention(&self, s: &AttnShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]);
+    /// Causal softmax attention. `q` is `[n_tok, n_head, head_dim]`; the cache
+    /// `kv` holds at least `pos0 + n_tok` positions, read in place block by
+    /// block. Query head `h` uses KV head `h / (n_head / n_head_kv)`. Writes
+    /// `out` `[n_tok, n_head, head_dim]`.
+    fn attention(&self, s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut [f32]);
 
     /// Run `f` (a whole forward pass) where the backend's operations run:
     /// the CPU backend runs it on one of its own worker threads, so each

@@ -63,6 +63,13 @@ pub struct Args {
     /// Snapshot long prompts every N tokens, so other requests sharing their start can resume there.
     #[arg(long, default_value_t = 4096)]
     pub checkpoint_every: usize,
+    /// Snapshot at most N message boundaries of a prompt (the first: the end of the system prompt and
+    /// tools), so new conversations sharing that prefix resume there (0: off).
+    #[arg(long, default_value_t = 4)]
+    pub boundary_snapshots: usize,
+    /// Tokens between two message-boundary snapshots of a prompt, at least.
+    #[arg(long, default_value_t = 1024)]
+    pub boundary_min_tokens: usize,
     /// Model id to report and accept (clients may send any id).
     #[arg(long, default_value = "qwen3-coder-next", env = "REDLITE_ALIAS")]
     pub alias: String,
@@ -208,6 +215,8 @@ pub fn run(args: Args) -> Result<()> {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         state_cache_bytes: args.state_cache,
         checkpoint_interval: args.checkpoint_every,
+        boundary_snapshots: args.boundary_snapshots,
+        boundary_min_tokens: args.boundary_min_tokens,
         alias: args.alias.clone(),
         max_body_bytes: args.max_body,
         prefill_chunk: 512,

@@ -11,7 +11,7 @@ pub use generate::{generate, prefill, GenerateError, GenerateParams, Generation,
 pub use lookup::{DraftSource, Drafter, LookupParams, LookupStats};
 pub use sampling::{argmax, Sampler, SamplingParams};
 pub use scheduler::{
-    token_logprobs, Event, Finish, FinishReason, Request, Scheduler, SchedulerConfig,
-    SchedulerStats, Sink, TokenLogprobs,
+    pick_boundaries, token_logprobs, Event, Finish, FinishReason, Request, Scheduler,
+    SchedulerConfig, SchedulerStats, Sink, TokenLogprobs,
 };
-pub use state_cache::{Restored, StateCache};
+pub use state_cache::{Restored, SnapshotKind, StateCache};

@@ -15,7 +15,7 @@ use redlite_model::{Model, ModelError, State};
 
 use crate::lookup::{DraftSource, Drafter, LookupParams};
 use crate::sampling::{Sampler, SamplingParams};
-use crate::state_cache::StateCache;
+use crate::state_cache::{SnapshotKind, StateCache};
 
 /// One generation request, already tokenized.
 #[derive(Clone, Debug)]
@@ -32,6 +32,11 @@ pub struct Request {
     /// unchanged; see `lookup`).
     pub lookup: Option<LookupParams>,
     pub draft_source: DraftSource,
+    /// Token offsets in `prompt` where its messages start (the first one
+    /// ends the system prompt and tools): places to snapshot so another
+    /// conversation that shares the prefix resumes there. The scheduler
+    /// keeps a few of them ([`SchedulerConfig::boundary_snapshots`]).
+    pub boundaries: Vec<usize>,
 }
 
 /// Log-probabilities of one generated token (natural log, of the model's
@@ -104,6 +109,11 @@ pub struct SchedulerConfig {
     pub checkpoint_interval: usize,
     /// Byte budget of the snapshot store (0 = no reuse).
     pub state_cache_bytes: usize,
+    /// Message boundaries snapshotted per prompt, at most (0 = none).
+    pub boundary_snapshots: usize,
+    /// Tokens between two boundary snapshots of a prompt, at least (and
+    /// between a restored snapshot and the first one).
+    pub boundary_min_tokens: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -113,6 +123,8 @@ impl Default for SchedulerConfig {
             prefill_chunk: 512,
             checkpoint_interval: 4096,
             state_cache_bytes: 4 << 30,
+            boundary_snapshots: 4,
+            boundary_min_tokens: 1024,
         }
     }
 }
@@ -128,6 +140,9 @@ pub struct SchedulerStats {
     pub decode_steps: u64,
     pub snapshot_restores_hit: u64,
     pub snapshot_restores_miss: u64,
+    /// Restores by the kind of snapshot they resumed from, in the order of
+    /// [`SnapshotKind::ALL`].
+    pub snapshot_hits_by_kind: [u64; 4],
     /// Speculative verify passes, tokens drafted and accepted.
     pub spec_rounds: u64,
     pub spec_drafted: u64,
@@ -158,6 +173,8 @@ struct Slot {
     drafter: Option<Drafter>,
     /// A token already chosen (by a rejected draft's verify) for the next step.
     pending: Option<u32>,
+    /// Prompt offsets still to snapshot at (message boundaries), ascending.
+    marks: Vec<usize>,
 }
 
 /// The batching scheduler.
@@ -227,6 +244,7 @@ impl Scheduler {
         let (state, fed, logits, cached) = match self.cache.restore(&req.prompt) {
             Some(r) => {
                 self.stats.snapshot_restores_hit += 1;
+                self.stats.snapshot_hits_by_kind[r.kind.index()] += 1;
                 let fed = req.prompt[..r.tokens].to_vec();
                 (r.state, fed, r.logits, r.tokens)
             }
@@ -253,7 +271,15 @@ impl Scheduler {
             .lookup
             .clone()
             .map(|l| Drafter::with_source(l, req.draft_source.clone(), req.prompt.len()));
+        let marks = pick_boundaries(
+            &req.boundaries,
+            cached,
+            req.prompt.len(),
+            self.cfg.boundary_snapshots,
+            self.cfg.boundary_min_tokens,
+        );
         self.slots.push(Slot {
+            marks,
             drafter,
             pending: None,
             sink,
@@ -318,6 +344,11 @@ impl Scheduler {
                 end = next_cp;
             }
         }
+        // And on the next message boundary to snapshot at.
+        s.marks.retain(|&m| m > start);
+        if let Some(&m) = s.marks.first() {
+            end = end.min(m);
+        }
         let t0 = Instant::now();
         let piece = &s.req.prompt[start..end];
         s.logits = self.model.forward(&mut s.state, piece, false)?;
@@ -327,10 +358,21 @@ impl Scheduler {
         self.stats.prefill_seconds += dt;
         self.stats.prompt_tokens_evaluated += (end - start) as u64;
         let at_checkpoint = interval > 0 && end.is_multiple_of(interval);
-        if end == total || at_checkpoint {
+        let at_boundary = s.marks.first() == Some(&end);
+        let kind = if end == total {
             // The end of the prompt is the start of the reply: the snapshot
             // that makes tool-using agents' next turns cheap.
-            self.cache.insert(&s.fed, &s.state, &s.logits);
+            Some(SnapshotKind::PromptEnd)
+        } else if at_boundary {
+            // Where another conversation of the same agent diverges.
+            Some(SnapshotKind::MessageBoundary)
+        } else if at_checkpoint {
+            Some(SnapshotKind::Periodic)
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            self.cache.insert(&s.fed, &s.state, &s.logits, kind);
         }
         if end == total {
             s.phase = Phase::Decode;
@@ -432,7 +474,8 @@ impl Scheduler {
             };
             if reason != FinishReason::Cancelled {
                 // The end of the reply: the next turn starts with it.
-                self.cache.insert(&s.fed, &s.state, &s.logits);
+                self.cache
+                    .insert(&s.fed, &s.state, &s.logits, SnapshotKind::ReplyEnd);
             }
             let fin = Finish {
                 reason,
@@ -453,6 +496,51 @@ impl Scheduler {
 enum Outcome {
     Done(FinishReason),
     Error(String),
+}
+
+/// The message boundaries of a prompt of `total` tokens to snapshot at,
+/// ascending: the first boundary of the prompt (the end of the system prompt
+/// and tools, where two conversations of one agent part) if it lies at
+/// least `gap` tokens past the `cached` prefix, then the latest others, each
+/// at least `gap` tokens from the next one kept (or the prompt's end, which
+/// has its own snapshot) and from the one before; `max` in all.
+pub fn pick_boundaries(
+    bounds: &[usize],
+    cached: usize,
+    total: usize,
+    max: usize,
+    gap: usize,
+) -> Vec<usize> {
+    let mut sorted: Vec<usize> = bounds
+        .iter()
+        .copied()
+        .filter(|&b| b > 0 && b < total)
+        .collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out = Vec::new();
+    if max == 0 {
+        return out;
+    }
+    let mut floor = cached;
+    if let Some(&first) = sorted.first() {
+        if first > cached && first < total && first - cached >= gap {
+            out.push(first);
+            floor = first;
+        }
+    }
+    let mut next = total;
+    for &b in sorted.iter().rev() {
+        if out.len() >= max || b <= floor {
+            break;
+        }
+        if next - b >= gap && b - floor >= gap {
+            out.push(b);
+            next = b;
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Report a chosen token of slot `s` (chosen from `logits`) to its sink.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use redlite_engine::{
     DraftSource, Event, FinishReason, LookupParams, Request, SamplingParams, Scheduler,
-    SchedulerConfig, Sink, StateCache,
+    SchedulerConfig, Sink, SnapshotKind, StateCache,
 };
 use redlite_model::Model;
 use redlite_testkit::fixture;
@@ -112,6 +112,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         stop_at_eog: false,
         lookup: None,
         draft_source: DraftSource::Lookup,
+        boundaries: Vec::new(),
     }
 }
 
@@ -142,6 +143,7 @@ fn parallel_requests_match_each_alone() {
             prefill_chunk: 16,
             checkpoint_interval: 0,
             state_cache_bytes: 0,
+            ..SchedulerConfig::default()
         };
         let mut alone = Vec::new();
         for n in names {
@@ -253,6 +255,7 @@ fn long_prompts_are_checkpointed() {
         prefill_chunk: 8,
         checkpoint_interval: 16,
         state_cache_bytes: 1 << 30,
+        ..SchedulerConfig::default()
     };
     let mut s = Scheduler::new(m, vec![], cfg);
     let long = ids(&p, "rep120");
@@ -317,24 +320,24 @@ fn state_cache_is_lru_within_budget() {
     let logits = m.forward(&mut st, &[1, 2, 3, 4], false).expect("fwd");
     let one = st.bytes() + logits.len() * 4 + 4 * 4;
     let mut cache = StateCache::new(2 * one + 8);
-    assert!(cache.insert(&[1, 2, 3, 4], &st, &logits));
+    assert!(cache.insert(&[1, 2, 3, 4], &st, &logits, SnapshotKind::PromptEnd));
     let mut st2 = m.new_state();
     let l2 = m.forward(&mut st2, &[5, 6, 7, 8], false).expect("fwd");
-    assert!(cache.insert(&[5, 6, 7, 8], &st2, &l2));
+    assert!(cache.insert(&[5, 6, 7, 8], &st2, &l2, SnapshotKind::PromptEnd));
     assert_eq!(cache.len(), 2);
     // Touch the first, insert a third: the second (least recent) goes.
     assert_eq!(cache.restore(&[1, 2, 3, 4, 9]).expect("hit").tokens, 4);
     let mut st3 = m.new_state();
     let l3 = m.forward(&mut st3, &[9, 9, 9, 9], false).expect("fwd");
-    assert!(cache.insert(&[9, 9, 9, 9], &st3, &l3));
+    assert!(cache.insert(&[9, 9, 9, 9], &st3, &l3, SnapshotKind::PromptEnd));
     assert_eq!(cache.len(), 2);
     assert!(cache.bytes() <= cache.budget());
     assert!(cache.restore(&[5, 6, 7, 8]).is_none());
     assert!(cache.restore(&[1, 2, 3, 4]).is_some());
     // Inconsistent or oversize inserts are refused.
-    assert!(!cache.insert(&[1, 2], &st, &logits));
+    assert!(!cache.insert(&[1, 2], &st, &logits, SnapshotKind::PromptEnd));
     let mut tiny = StateCache::new(16);
-    assert!(!tiny.insert(&[1, 2, 3, 4], &st, &logits));
+    assert!(!tiny.insert(&[1, 2, 3, 4], &st, &logits, SnapshotKind::PromptEnd));
 }
 
 #[test]
@@ -347,6 +350,7 @@ fn speculation_in_slots_changes_no_token() {
         prefill_chunk: 16,
         checkpoint_interval: 0,
         state_cache_bytes: 0,
+        ..SchedulerConfig::default()
     };
     let mut alone = Vec::new();
     for n in names {
@@ -411,4 +415,78 @@ fn speculation_in_slots_changes_no_token() {
             assert!(st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
         }
     }
+}
+
+/// Which message boundaries a prompt snapshots at: the first (end of the
+/// system prompt) when far enough past what was restored, then the latest
+/// others spaced by the minimum gap, never at the prompt's end.
+#[test]
+fn boundary_snapshots_are_the_first_then_the_latest_spaced_ones() {
+    use redlite_engine::pick_boundaries;
+    let b = [1500, 1520, 2000, 3000, 3100, 4200, 5990];
+    // First boundary, then latest first: 5990 is within the gap of the end.
+    assert_eq!(
+        pick_boundaries(&b, 0, 6000, 4, 1000),
+        vec![1500, 3100, 4200]
+    );
+    assert_eq!(pick_boundaries(&b, 0, 6000, 2, 1000), vec![1500, 4200]);
+    assert_eq!(pick_boundaries(&b, 0, 6000, 1, 1000), vec![1500]);
+    assert!(pick_boundaries(&b, 0, 6000, 0, 1000).is_empty());
+    // Resumed past the first: only later ones, a gap past the restore.
+    assert_eq!(pick_boundaries(&b, 1520, 6000, 4, 1000), vec![3100, 4200]);
+    // A short system prompt is not worth a snapshot of its own.
+    assert_eq!(
+        pick_boundaries(&[300, 2000], 0, 2100, 4, 1000),
+        Vec::<usize>::new()
+    );
+    // Unsorted, duplicated and out-of-range offsets are tolerated.
+    assert_eq!(
+        pick_boundaries(&[0, 1500, 1500, 9000], 0, 1600, 4, 1000),
+        vec![1500]
+    );
+}
+
+/// Two conversations sharing a first message: the second resumes from the
+/// snapshot taken at the first message boundary (counted under its kind)
+/// and decodes exactly as a scheduler without reuse does.
+#[test]
+fn conversations_sharing_a_first_message_resume_at_its_boundary() {
+    let p = prompts();
+    let m = model("tiny-s-CF2mix.gguf");
+    let mut system = ids(&p, "code");
+    system.extend(ids(&p, "prose"));
+    let b = system.len();
+    let conv = |user: &str| {
+        let mut t = system.clone();
+        t.extend(ids(&p, user));
+        Request {
+            boundaries: vec![b],
+            logprobs: Some(4),
+            ..greedy(t, 3)
+        }
+    };
+    let cfg = |cache| SchedulerConfig {
+        prefill_chunk: 64,
+        state_cache_bytes: cache,
+        boundary_min_tokens: 100,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(m.clone(), vec![], cfg(1 << 30));
+    let c1 = Collect::default();
+    run_all(&mut s, vec![(conv("hello"), c1.clone())]);
+    assert_eq!(c1.finish().cached_tokens, 0);
+    let c2 = Collect::default();
+    run_all(&mut s, vec![(conv("unicode"), c2.clone())]);
+    assert_eq!(c2.finish().cached_tokens, b);
+    let hits = s.stats().snapshot_hits_by_kind;
+    assert_eq!(hits[SnapshotKind::MessageBoundary.index()], 1, "{hits:?}");
+    assert_eq!(hits.iter().sum::<u64>(), 1);
+
+    let mut fresh = Scheduler::new(m, vec![], cfg(0));
+    let c3 = Collect::default();
+    run_all(&mut fresh, vec![(conv("unicode"), c3.clone())]);
+    assert_eq!(c3.finish().cached_tokens, 0);
+    assert_eq!(c2.tokens(), c3.tokens());
+    // The same chunks (cut at the boundary in both runs): the same bits.
+    assert_eq!(c2.first_logprobs(), c3.first_logprobs());
 }

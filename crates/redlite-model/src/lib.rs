@@ -34,6 +34,7 @@ mod cache_policy;
 mod config;
 mod device;
 mod expert_cache;
+mod kv;
 mod qwen3next;
 mod rope;
 mod state;
@@ -46,6 +47,7 @@ pub use expert_cache::{
     default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
     ExpertEntry, ExpertReaders,
 };
+pub use kv::{KvCache, KV_BLOCK_TOKENS};
 pub use rope::{RopeScaling, RopeScalingType};
 pub use state::{CpuState, CpuTrail, DeviceTrail, State, Trail};
 pub use weights::mtp_only_blocks;

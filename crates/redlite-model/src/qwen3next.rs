@@ -21,6 +21,7 @@
 
 use redlite_backend::{AttnShape, Backend, DeltaInputs};
 
+use crate::kv::{self, KvCache};
 use crate::rope;
 use crate::state::{CpuState, CpuTrail, LayerState, LayerTrail};
 use crate::weights::{expert, expert_from, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
@@ -317,7 +318,7 @@ fn forward_segments(
                 for st in states.iter_mut() {
                     let pos = st.pos;
                     match &mut st.layers[il] {
-                        LayerState::Attention { k, v } => ls.push((k, v, pos)),
+                        LayerState::Attention(kv) => ls.push((kv, pos)),
                         _ => return Err(wrong_kind(il)),
                     }
                 }
@@ -517,7 +518,7 @@ fn l2_norm_rows(x: &mut [f32], dim: usize, eps: f32, scale: f64) {
 fn attention(
     model: &Model,
     w: &AttnW,
-    caches: &mut [(&mut Vec<f32>, &mut Vec<f32>, usize)],
+    caches: &mut [(&mut KvCache, usize)],
     h: &[f32],
     segs: &Segs<'_>,
     il: usize,
@@ -551,7 +552,7 @@ fn attention(
     let mut cs = Vec::with_capacity(c.n_rot / 2);
     for (i, s0, n) in segs.iter() {
         for tt in s0..s0 + n {
-            let pos = caches[i].2 + (tt - s0);
+            let pos = caches[i].1 + (tt - s0);
             model.rope.cos_sin(pos, &mut cs);
             #[cfg(test)]
             if let Some(table) = &model.rope_override {
@@ -569,16 +570,24 @@ fn attention(
     // Append to the KV cache and attend causally (GQA), per sequence.
     let mut o = vec![0f32; t * nh * hd];
     for (i, s0, n) in segs.iter() {
-        let (k_cache, v_cache, pos0) = &mut caches[i];
+        let (cache, pos0) = &mut caches[i];
         let pos0 = *pos0;
-        if k_cache.len() != pos0 * nkv * hd || v_cache.len() != pos0 * nkv * hd {
+        if cache.len() != pos0 || cache.row() != nkv * hd {
             return Err(ModelError::Input(format!(
-                "layer {il}: KV cache holds {} positions but the state is at {pos0}",
-                k_cache.len() / (nkv * hd)
+                "layer {il}: KV cache holds {} positions of {} values but the state is at \
+                 {pos0} with rows of {}",
+                cache.len(),
+                cache.row(),
+                nkv * hd
             )));
         }
-        k_cache.extend_from_slice(&k[s0 * nkv * hd..(s0 + n) * nkv * hd]);
-        v_cache.extend_from_slice(&v[s0 * nkv * hd..(s0 + n) * nkv * hd]);
+        cache.append(
+            &k[s0 * nkv * hd..(s0 + n) * nkv * hd],
+            &v[s0 * nkv * hd..(s0 + n) * nkv * hd],
+        );
+        // The blocks are read in place: a table of slices, no copy.
+        let (kt, vt) = cache.tables();
+        let kv = kv::view(&kt, &vt);
         // Exact mode: each query as its own decode step.
         let step = if ex { 1 } else { n };
         for a in (s0..s0 + n).step_by(step) {
@@ -590,12 +599,10 @@ fn attention(
                 head_dim: hd,
                 scale: 1.0 / (hd as f32).sqrt(),
             };
-            let end = (pos0 + (a - s0) + step) * nkv * hd;
             be.attention(
                 &shape,
                 &q[a * nh * hd..(a + step) * nh * hd],
-                &k_cache[..end],
-                &v_cache[..end],
+                &kv,
                 &mut o[a * nh * hd..(a + step) * nh * hd],
             );
         }

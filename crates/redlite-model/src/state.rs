@@ -8,7 +8,11 @@
 //! other needs. The forward pass (`qwen3next.rs`) reads and writes a
 //! [`CpuState`]'s layers and records into a [`CpuTrail`]; what a state does
 //! on its own (fork, size, the random filler for timing decode at depth,
-//! rollback by replaying the delta rule) lives here.
+//! rollback by replaying the delta rule) lives here. A host state's KV
+//! caches are tables of shared blocks ([`crate::KvCache`]): a fork shares
+//! them all, a snapshot all but the partly filled last one, and either side
+//! copies a shared block before writing into it; the conv and recurrent
+//! states are copied.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use std::sync::Arc;
 use redlite_backend::{Backend, DeltaInputs};
 
 use crate::config::Config;
+use crate::kv::KvCache;
 use crate::{DeviceState, ModelError};
 
 /// The state of one sequence: position, DeltaNet conv/recurrent states and
@@ -56,9 +61,25 @@ impl State {
 
     /// A copy of this state that evolves independently: a snapshot to
     /// restore later (resuming from it gives the same logits as the original
-    /// sequence), or a fork of the sequence.
+    /// sequence), or a fork of the sequence. On the host it shares the KV
+    /// cache's full blocks and copies the partially filled last block at
+    /// its size (a clone shares that one too, until either side writes).
     pub fn snapshot(&self) -> State {
-        self.clone()
+        match self {
+            State::Cpu(s) => State::Cpu(s.snapshot()),
+            State::Device(d) => State::Device(d.fork()),
+        }
+    }
+
+    /// The state's memory in two parts: bytes of its own (conv and
+    /// recurrent states; the whole of a device state) and the KV blocks it
+    /// refers to as (block id, bytes), which other states may share. The
+    /// parts add up to [`State::bytes`].
+    pub fn parts(&self) -> (usize, Vec<(u64, usize)>) {
+        match self {
+            State::Cpu(s) => s.parts(),
+            State::Device(d) => (d.bytes(), Vec::new()),
+        }
     }
 
     /// A host state at depth `pos` holding random data of realistic
@@ -136,8 +157,9 @@ impl State {
 pub(crate) enum LayerState {
     /// Conv state `[conv_dim, K−1]` and recurrent state `[H_v, d_v, d_k]`.
     DeltaNet { conv: Vec<f32>, ssm: Vec<f32> },
-    /// KV cache `[pos, n_head_kv, head_dim]` (post-norm, post-RoPE keys).
-    Attention { k: Vec<f32>, v: Vec<f32> },
+    /// KV cache `[pos, n_head_kv, head_dim]` (post-norm, post-RoPE keys),
+    /// in shared blocks.
+    Attention(KvCache),
 }
 
 /// A sequence's state in host memory (f32): position, per DeltaNet layer the
@@ -162,10 +184,7 @@ impl CpuState {
                         ssm: vec![0.0; c.ssm_h_v * c.ssm_d_v * c.ssm_d_k],
                     }
                 } else {
-                    LayerState::Attention {
-                        k: Vec::new(),
-                        v: Vec::new(),
-                    }
+                    LayerState::Attention(KvCache::new(c.n_head_kv * c.head_dim))
                 }
             })
             .collect();
@@ -190,7 +209,6 @@ impl CpuState {
     /// mean nothing; only the cost of the step is realistic.
     pub fn fill_random(c: &Config, pos: usize, seed: u64) -> CpuState {
         let mut st = CpuState::new(c);
-        let kv = pos * c.n_head_kv * c.head_dim;
         for (il, l) in st.layers.iter_mut().enumerate() {
             // One stream per (layer, part): the same numbers whatever the
             // thread count.
@@ -200,11 +218,15 @@ impl CpuState {
                     fill_normal(conv, part(0), 1.0);
                     fill_normal(ssm, part(1), 0.05);
                 }
-                LayerState::Attention { k, v } => {
-                    *k = vec![0f32; kv];
-                    *v = vec![0f32; kv];
-                    fill_normal(k, part(2), 1.0);
-                    fill_normal(v, part(3), 1.0);
+                LayerState::Attention(kv) => {
+                    // One stream per block (the blocks fill in parallel).
+                    let block = |p: u64, i: usize| {
+                        part(p) ^ (i as u64 + 1).wrapping_mul(0x9FB2_1C65_1E98_DF25)
+                    };
+                    kv.fill(pos, |i, k, v| {
+                        fill_normal_serial(k, block(2, i), 1.0);
+                        fill_normal_serial(v, block(3, i), 1.0);
+                    });
                 }
             }
         }
@@ -226,9 +248,10 @@ impl CpuState {
                     add(0, conv);
                     add(1, ssm);
                 }
-                LayerState::Attention { k, v } => {
-                    add(2, k);
-                    add(3, v);
+                LayerState::Attention(kv) => {
+                    let (k, v) = kv.tables();
+                    k.iter().for_each(|b| add(2, b));
+                    v.iter().for_each(|b| add(3, b));
                 }
             }
         }
@@ -243,14 +266,38 @@ impl CpuState {
 
     /// Bytes held: conv and recurrent states plus the KV cache up to `pos`.
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| match l {
-                LayerState::DeltaNet { conv, ssm } => conv.len() + ssm.len(),
-                LayerState::Attention { k, v } => k.len() + v.len(),
-            })
-            .sum::<usize>()
-            * std::mem::size_of::<f32>()
+        let (own, blocks) = self.parts();
+        own + blocks.iter().map(|b| b.1).sum::<usize>()
+    }
+
+    /// [`State::parts`] on the host.
+    pub fn parts(&self) -> (usize, Vec<(u64, usize)>) {
+        let mut own = 0;
+        let mut blocks = Vec::new();
+        for l in &self.layers {
+            match l {
+                LayerState::DeltaNet { conv, ssm } => {
+                    own += (conv.len() + ssm.len()) * std::mem::size_of::<f32>()
+                }
+                LayerState::Attention(kv) => blocks.extend(kv.blocks()),
+            }
+        }
+        (own, blocks)
+    }
+
+    /// [`State::snapshot`] on the host.
+    pub fn snapshot(&self) -> CpuState {
+        CpuState {
+            pos: self.pos,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| match l {
+                    LayerState::Attention(kv) => LayerState::Attention(kv.snapshot()),
+                    other => other.clone(),
+                })
+                .collect(),
+        }
     }
 
     /// [`State::rollback`] on the host, the trail's span already checked
@@ -276,11 +323,7 @@ impl CpuState {
                     conv.copy_from_slice(window);
                     lt.replay(trail.be.as_ref(), keep, ssm);
                 }
-                LayerState::Attention { k, v } => {
-                    let per = k.len() / self.pos.max(1);
-                    k.truncate(pos * per);
-                    v.truncate(pos * per);
-                }
+                LayerState::Attention(kv) => kv.truncate(pos),
             }
         }
         self.pos = pos;
@@ -312,6 +355,18 @@ impl NormalRng {
         let r = (-2.0 * u1.ln()).sqrt();
         let (s, c) = (2.0 * std::f64::consts::PI * u2).sin_cos();
         ((r * c) as f32, (r * s) as f32)
+    }
+}
+
+/// `dst` filled with `scale`·N(0, 1) from one stream of `seed`.
+fn fill_normal_serial(dst: &mut [f32], seed: u64, scale: f32) {
+    let mut rng = NormalRng::new(seed);
+    for pair in dst.chunks_mut(2) {
+        let (a, b) = rng.normal2();
+        pair[0] = scale * a;
+        if let Some(x) = pair.get_mut(1) {
+            *x = scale * b;
+        }
     }
 }
 

@@ -507,6 +507,7 @@ fn prepare_messages(
         index: 0,
     };
     let req = Request {
+        boundaries: prompt.boundaries,
         prompt: prompt.ids,
         max_tokens,
         sampling,

@@ -17,7 +17,10 @@ pub struct EngineStatus {
     pub running: usize,
     pub waiting: usize,
     pub snapshots: usize,
+    /// Bytes held by snapshots, each shared KV block once.
     pub snapshot_bytes: usize,
+    /// Bytes the snapshots would hold as separate copies.
+    pub snapshot_logical_bytes: usize,
 }
 
 struct Job {
@@ -168,5 +171,6 @@ fn publish(sched: &Scheduler, waiting: usize, status: &Mutex<EngineStatus>) {
         s.waiting = waiting;
         s.snapshots = sched.cache().len();
         s.snapshot_bytes = sched.cache().bytes();
+        s.snapshot_logical_bytes = sched.cache().logical_bytes();
     }
 }

@@ -64,6 +64,10 @@ pub struct ServerConfig {
     pub state_cache_bytes: usize,
     /// Snapshot long prompts every this many tokens.
     pub checkpoint_interval: usize,
+    /// Message boundaries snapshotted per prompt, at most (0 = none).
+    pub boundary_snapshots: usize,
+    /// Tokens between two boundary snapshots of a prompt, at least.
+    pub boundary_min_tokens: usize,
     /// The model id reported and echoed back.
     pub alias: String,
     /// Largest accepted request body.
@@ -100,6 +104,8 @@ impl Default for ServerConfig {
             api_key: None,
             state_cache_bytes: 4 << 30,
             checkpoint_interval: 4096,
+            boundary_snapshots: 4,
+            boundary_min_tokens: 1024,
             alias: "qwen3-coder-next".into(),
             max_body_bytes: 64 << 20,
             prefill_chunk: 512,
@@ -173,6 +179,8 @@ impl AppState {
                 prefill_chunk: cfg.prefill_chunk.max(1),
                 checkpoint_interval: cfg.checkpoint_interval,
                 state_cache_bytes: cfg.state_cache_bytes,
+                boundary_snapshots: cfg.boundary_snapshots,
+                boundary_min_tokens: cfg.boundary_min_tokens,
             },
         );
         let engine = EngineHandle::spawn(sched, cfg.parallel.max(1))

@@ -210,8 +210,14 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         (
             "redlite_state_snapshot_bytes",
             G,
-            "Bytes held by state snapshots.",
+            "Bytes held by state snapshots, each KV block they share counted once.",
             st.snapshot_bytes.to_string(),
+        ),
+        (
+            "redlite_state_snapshot_logical_bytes",
+            G,
+            "Bytes the state snapshots would hold if none shared KV blocks.",
+            st.snapshot_logical_bytes.to_string(),
         ),
         (
             "redlite_state_cache_budget_bytes",
@@ -291,6 +297,18 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
         "# HELP redlite_state_restores_total Requests that resumed from a snapshot (hit) or started fresh (miss).\n# TYPE redlite_state_restores_total counter\nredlite_state_restores_total{{result=\"hit\"}} {}\nredlite_state_restores_total{{result=\"miss\"}} {}",
         s.snapshot_restores_hit, s.snapshot_restores_miss
     );
+    let _ = writeln!(
+        o,
+        "# HELP redlite_state_restore_hits_total Requests that resumed from a snapshot, by where the snapshot was taken.\n# TYPE redlite_state_restore_hits_total counter"
+    );
+    for kind in redlite_engine::SnapshotKind::ALL {
+        let _ = writeln!(
+            o,
+            "redlite_state_restore_hits_total{{kind=\"{}\"}} {}",
+            kind.name(),
+            s.snapshot_hits_by_kind[kind.index()]
+        );
+    }
     let _ = writeln!(
         o,
         "# HELP redlite_requests_total Finished HTTP requests.\n# TYPE redlite_requests_total counter"

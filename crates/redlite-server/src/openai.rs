@@ -292,6 +292,25 @@ pub struct ChatPrompt {
     pub text: String,
     pub ids: Vec<u32>,
     pub forced: String,
+    /// Token offsets where the template starts a message after the first
+    /// (the first of them ends the system prompt and tools).
+    pub boundaries: Vec<usize>,
+}
+
+/// Where `ids` (a rendered chat) starts its messages: the offsets of the
+/// template's message-start token (`<|im_start|>` in the Qwen templates,
+/// a special token, so the tokens before it do not depend on what follows),
+/// after position 0.
+pub fn message_boundaries(tok: &redlite_tokenizer::Tokenizer, ids: &[u32]) -> Vec<usize> {
+    let Some(start) = tok.token_id("<|im_start|>") else {
+        return Vec::new();
+    };
+    ids.iter()
+        .enumerate()
+        .skip(1)
+        .filter(|&(_, &t)| t == start)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 pub fn render_chat(
@@ -313,7 +332,13 @@ pub fn render_chat(
     text.push_str(&forced);
     let tok = &app.tokenizer;
     let ids = tok.tokenize(&text, tok.add_bos(), true);
-    Ok(ChatPrompt { text, ids, forced })
+    let boundaries = message_boundaries(tok, &ids);
+    Ok(ChatPrompt {
+        text,
+        ids,
+        forced,
+        boundaries,
+    })
 }
 
 /// Usage in OpenAI's shape.
@@ -514,6 +539,7 @@ fn prepare_chat(app: &App, bytes: &[u8]) -> Result<Prepared<ChatFormat>, ApiErro
         lp: Vec::new(),
     };
     let req = Request {
+        boundaries: prompt.boundaries,
         prompt: prompt.ids,
         max_tokens,
         sampling,
@@ -754,6 +780,8 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
         offset: 0,
     };
     let req = Request {
+        // A prompt rendered by the client may hold chat messages too.
+        boundaries: message_boundaries(&app.tokenizer, &ids),
         prompt: ids,
         max_tokens,
         sampling,

@@ -1,0 +1,410 @@
+//! The KV cache of one attention layer, in fixed-size blocks shared between
+//! a sequence, its forks and its snapshots.
+//!
+//! A [`KvCache`] is a block table: block `i` holds positions
+//! `i * KV_BLOCK_TOKENS ..` of the layer's keys and values. Blocks are
+//! reference counted ([`Arc`]): forking a sequence or restoring a snapshot
+//! copies the table, not the blocks, and a sequence copies a block only
+//! when it writes into one that is shared (the partially filled last block:
+//! full blocks are never written again, except when a rollback cuts into
+//! one). [`KvCache::snapshot`] shares the full blocks and copies the partial
+//! last one at its exact size, so the sequence goes on writing in place and
+//! the snapshot holds no spare capacity.
+//!
+//! Each block has an id, unique for the life of the process (a copy gets a
+//! new one), so a store of snapshots can count every block once however
+//! many snapshots share it ([`KvCache::blocks`]). The attention kernel reads
+//! the blocks in place through [`KvBlocks`], a table addressed by block
+//! index: a device backend can keep the same table as indices into its own
+//! pool of device blocks.
+//!
+//! The elements of a block live behind [`KvElems`] (f32 today), the one
+//! place a narrower element type would change.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use redlite_backend::KvBlocks;
+
+/// Positions per KV block: a multiple of the CPU attention kernel's key
+/// chunk, so attention over blocks sums exactly as over one array.
+pub const KV_BLOCK_TOKENS: usize = 256;
+
+static NEXT_BLOCK_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_BLOCK_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The element storage of one block's keys or values: rows of
+/// `[n_head_kv, head_dim]` f32 values.
+#[derive(Debug, Default)]
+pub(crate) struct KvElems(Vec<f32>);
+
+impl KvElems {
+    fn with_capacity(n: usize) -> KvElems {
+        KvElems(Vec::with_capacity(n))
+    }
+
+    /// The values as f32, in place.
+    pub(crate) fn as_f32(&self) -> &[f32] {
+        &self.0
+    }
+
+    pub(crate) fn as_f32_mut(&mut self) -> &mut [f32] {
+        &mut self.0
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn push(&mut self, x: &[f32]) {
+        self.0.extend_from_slice(x);
+    }
+
+    fn resize(&mut self, n: usize) {
+        self.0.resize(n, 0.0);
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.0.truncate(n);
+    }
+
+    /// A copy of the first `n` values with room for `cap`.
+    fn copy(&self, n: usize, cap: usize) -> KvElems {
+        let mut e = KvElems::with_capacity(cap.max(n));
+        e.0.extend_from_slice(&self.0[..n]);
+        e
+    }
+
+    /// Bytes of the values held.
+    fn bytes(&self) -> usize {
+        self.0.len() * std::mem::size_of::<f32>()
+    }
+}
+
+/// Up to [`KV_BLOCK_TOKENS`] positions of one layer's keys and values.
+#[derive(Debug)]
+pub(crate) struct KvBlock {
+    id: u64,
+    /// Values of keys (or values) in a whole block.
+    full: usize,
+    pub(crate) k: KvElems,
+    pub(crate) v: KvElems,
+}
+
+impl Clone for KvBlock {
+    /// A copy to write into (copy on write): a new id, room for a whole
+    /// block.
+    fn clone(&self) -> KvBlock {
+        KvBlock {
+            id: next_id(),
+            full: self.full,
+            k: self.k.copy(self.k.len(), self.full),
+            v: self.v.copy(self.v.len(), self.full),
+        }
+    }
+}
+
+impl KvBlock {
+    fn bytes(&self) -> usize {
+        self.k.bytes() + self.v.bytes()
+    }
+}
+
+/// One attention layer's KV cache: a table of shared blocks.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    /// Values per position (`n_head_kv * head_dim`).
+    row: usize,
+    /// Positions held.
+    len: usize,
+    blocks: Vec<Arc<KvBlock>>,
+}
+
+impl KvCache {
+    /// An empty cache of rows of `row` values.
+    pub fn new(row: usize) -> KvCache {
+        KvCache {
+            row,
+            len: 0,
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Values per position.
+    pub fn row(&self) -> usize {
+        self.row
+    }
+
+    /// Bytes of the keys and values held (positions × row × 2 × 4).
+    pub fn bytes(&self) -> usize {
+        self.blocks.iter().map(|b| b.bytes()).sum()
+    }
+
+    /// The blocks as (id, bytes): blocks shared with other caches have the
+    /// same id in each.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        self.blocks.iter().map(|b| (b.id, b.bytes()))
+    }
+
+    /// Append positions: `k` and `v` hold whole rows, as many of each.
+    /// Writes into the last block (copied first if it is shared), then into
+    /// new blocks.
+    pub fn append(&mut self, k: &[f32], v: &[f32]) {
+        let row = self.row.max(1);
+        debug_assert!(k.len() == v.len() && k.len().is_multiple_of(row));
+        let n = k.len() / row;
+        let mut done = 0;
+        while done < n {
+            let off = self.len % KV_BLOCK_TOKENS;
+            if off == 0 {
+                self.blocks.push(Arc::new(KvBlock {
+                    id: next_id(),
+                    full: KV_BLOCK_TOKENS * row,
+                    k: KvElems::with_capacity(KV_BLOCK_TOKENS * row),
+                    v: KvElems::with_capacity(KV_BLOCK_TOKENS * row),
+                }));
+            }
+            let take = (KV_BLOCK_TOKENS - off).min(n - done);
+            let Some(last) = self.blocks.last_mut() else {
+                unreachable!("a block was pushed above when none had room")
+            };
+            let b = Arc::make_mut(last);
+            b.k.push(&k[done * row..(done + take) * row]);
+            b.v.push(&v[done * row..(done + take) * row]);
+            done += take;
+            self.len += take;
+        }
+    }
+
+    /// Keep the first `pos` positions (at most [`KvCache::len`]). A shared
+    /// block that is cut is copied first.
+    pub fn truncate(&mut self, pos: usize) {
+        if pos >= self.len {
+            return;
+        }
+        self.blocks.truncate(pos.div_ceil(KV_BLOCK_TOKENS));
+        let off = pos % KV_BLOCK_TOKENS;
+        if off != 0 {
+            if let Some(last) = self.blocks.last_mut() {
+                let b = Arc::make_mut(last);
+                b.k.truncate(off * self.row);
+                b.v.truncate(off * self.row);
+            }
+        }
+        self.len = pos;
+    }
+
+    /// A copy that evolves independently and holds no spare room: the full
+    /// blocks shared, the partially filled last block copied at its size.
+    pub fn snapshot(&self) -> KvCache {
+        let mut c = self.clone();
+        if let Some(last) = c.blocks.last_mut() {
+            let n = last.k.len();
+            if n < KV_BLOCK_TOKENS * self.row {
+                *last = Arc::new(KvBlock {
+                    id: next_id(),
+                    full: last.full,
+                    k: last.k.copy(n, n),
+                    v: last.v.copy(n, n),
+                });
+            }
+        }
+        c
+    }
+
+    /// Set to `pos` positions of values written by `fill(block, keys,
+    /// values)` for each block (in parallel), replacing what was held.
+    pub(crate) fn fill(
+        &mut self,
+        pos: usize,
+        fill: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
+    ) {
+        use rayon::prelude::*;
+        let row = self.row;
+        let mut blocks: Vec<KvBlock> = (0..pos.div_ceil(KV_BLOCK_TOKENS))
+            .map(|i| {
+                let n = (pos - i * KV_BLOCK_TOKENS).min(KV_BLOCK_TOKENS) * row;
+                let mut k = KvElems::with_capacity(KV_BLOCK_TOKENS * row);
+                let mut v = KvElems::with_capacity(KV_BLOCK_TOKENS * row);
+                k.resize(n);
+                v.resize(n);
+                KvBlock {
+                    id: next_id(),
+                    full: KV_BLOCK_TOKENS * row,
+                    k,
+                    v,
+                }
+            })
+            .collect();
+        blocks.par_iter_mut().enumerate().for_each(|(i, b)| {
+            fill(i, b.k.as_f32_mut(), b.v.as_f32_mut());
+        });
+        self.blocks = blocks.into_iter().map(Arc::new).collect();
+        self.len = pos;
+    }
+
+    /// The block tables the attention kernel reads, covering every position
+    /// held: (keys, values).
+    pub(crate) fn tables(&self) -> (Vec<&[f32]>, Vec<&[f32]>) {
+        (
+            self.blocks.iter().map(|b| b.k.as_f32()).collect(),
+            self.blocks.iter().map(|b| b.v.as_f32()).collect(),
+        )
+    }
+
+    /// All keys and values in position order (for tests and statistics).
+    pub fn to_vecs(&self) -> (Vec<f32>, Vec<f32>) {
+        let (k, v) = self.tables();
+        (k.concat(), v.concat())
+    }
+}
+
+/// The kernel's view of [`KvCache::tables`].
+pub(crate) fn view<'a>(k: &'a [&'a [f32]], v: &'a [&'a [f32]]) -> KvBlocks<'a> {
+    KvBlocks {
+        k,
+        v,
+        block_tokens: KV_BLOCK_TOKENS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn rows(seed: u32, n: usize, row: usize) -> Vec<f32> {
+        (0..n * row)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 * 1e-6)
+            .collect()
+    }
+
+    /// Bytes of the blocks of `caches`, each counted once.
+    fn unique(caches: &[&KvCache]) -> usize {
+        let mut seen = HashMap::new();
+        for c in caches {
+            for (id, b) in c.blocks() {
+                seen.insert(id, b);
+            }
+        }
+        seen.values().sum()
+    }
+
+    /// Appends, truncations, forks and snapshots against a plain `Vec`
+    /// reference: same contents, writes to one copy never seen by another.
+    #[test]
+    fn blocks_match_a_plain_vec() {
+        let row = 6;
+        let mut c = KvCache::new(row);
+        let (mut rk, mut rv) = (Vec::new(), Vec::new());
+        let mut saved: Vec<(KvCache, Vec<f32>, Vec<f32>)> = Vec::new();
+        let steps = [1usize, 7, 255, 1, 300, 2, 513, 40, 1, 1];
+        for (i, &n) in steps.iter().enumerate() {
+            let (k, v) = (rows(i as u32, n, row), rows(!(i as u32), n, row));
+            c.append(&k, &v);
+            rk.extend_from_slice(&k);
+            rv.extend_from_slice(&v);
+            assert_eq!(c.len(), rk.len() / row);
+            assert_eq!(c.to_vecs(), (rk.clone(), rv.clone()), "after step {i}");
+            assert_eq!(c.bytes(), 2 * rk.len() * 4);
+            if i % 3 == 1 {
+                saved.push((c.snapshot(), rk.clone(), rv.clone()));
+            }
+            if i == 6 {
+                // A rollback into a full block that snapshots share.
+                let keep = c.len() - 300;
+                c.truncate(keep);
+                rk.truncate(keep * row);
+                rv.truncate(keep * row);
+                assert_eq!(c.to_vecs(), (rk.clone(), rv.clone()));
+            }
+        }
+        for (j, (s, k, v)) in saved.iter().enumerate() {
+            assert_eq!(&s.to_vecs(), &(k.clone(), v.clone()), "snapshot {j}");
+            // A resumed copy writes without touching the snapshot.
+            let mut r = s.clone();
+            r.append(&rows(99, 3, row), &rows(98, 3, row));
+            r.truncate(1);
+            assert_eq!(&s.to_vecs(), &(k.clone(), v.clone()), "snapshot {j}");
+        }
+    }
+
+    /// Reference counts: a snapshot shares every full block and copies only
+    /// the partial last one; a fork shares everything until it writes.
+    #[test]
+    fn snapshots_share_full_blocks_and_copy_on_write() {
+        let row = 4;
+        let mut c = KvCache::new(row);
+        let n = 3 * KV_BLOCK_TOKENS + 10;
+        c.append(&rows(1, n, row), &rows(2, n, row));
+        let s = c.snapshot();
+        let ids: Vec<u64> = c.blocks().map(|b| b.0).collect();
+        let sids: Vec<u64> = s.blocks().map(|b| b.0).collect();
+        assert_eq!(ids[..3], sids[..3]);
+        assert_ne!(ids[3], sids[3]);
+        assert!(c.blocks.iter().take(3).all(|b| Arc::strong_count(b) == 2));
+        assert_eq!(Arc::strong_count(&c.blocks[3]), 1);
+        // Unique bytes: the partial block twice, the full ones once.
+        let block = KV_BLOCK_TOKENS * row * 2 * 4;
+        assert_eq!(unique(&[&c, &s]), 3 * block + 2 * (10 * row * 2 * 4));
+        // A fork shares even the partial block; its first write copies it.
+        let mut f = s.clone();
+        assert_eq!(unique(&[&s, &f]), s.bytes());
+        f.append(&rows(3, 1, row), &rows(4, 1, row));
+        assert_eq!(Arc::strong_count(&s.blocks[3]), 1);
+        assert_eq!(unique(&[&s, &f]), s.bytes() + 11 * row * 2 * 4);
+        // The sequence writes its last block in place (not shared).
+        let before = c.blocks[3].id;
+        c.append(&rows(5, 1, row), &rows(6, 1, row));
+        assert_eq!(c.blocks[3].id, before);
+        // Snapshot at a block boundary: nothing copied.
+        let mut d = KvCache::new(row);
+        d.append(
+            &rows(7, KV_BLOCK_TOKENS, row),
+            &rows(8, KV_BLOCK_TOKENS, row),
+        );
+        let ds = d.snapshot();
+        assert_eq!(unique(&[&d, &ds]), d.bytes());
+        // Dropping the snapshot leaves the sequence the only holder.
+        drop(s);
+        drop(f);
+        assert!(c.blocks.iter().take(3).all(|b| Arc::strong_count(b) == 1));
+    }
+
+    /// The tables the kernel reads: one slice per block, whole blocks of
+    /// 256 positions, the last one partial.
+    #[test]
+    fn tables_cover_the_positions_in_blocks() {
+        let row = 3;
+        let mut c = KvCache::new(row);
+        let n = 2 * KV_BLOCK_TOKENS + 5;
+        c.append(&rows(1, n, row), &rows(2, n, row));
+        let (k, v) = c.tables();
+        let kv = view(&k, &v);
+        assert_eq!(kv.positions(row), n);
+        assert_eq!(k.len(), 3);
+        assert_eq!(k[0].len(), KV_BLOCK_TOKENS * row);
+        assert_eq!(v[2].len(), 5 * row);
+        let mut f = KvCache::new(row);
+        f.fill(n, |i, k, v| {
+            k.fill(i as f32);
+            v.fill(-(i as f32));
+        });
+        assert_eq!(f.len(), n);
+        let (fk, _) = f.to_vecs();
+        assert_eq!(fk.len(), n * row);
+        assert_eq!(fk[KV_BLOCK_TOKENS * row], 1.0);
+    }
+}
