@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use redlite_model::{Model, ModelError, State};
 
+use crate::constraint::{apply_mask, first_allowed, ConstraintSource, TokenConstraint};
 use crate::lookup::{DraftSource, Drafter, LookupParams};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::state_cache::StateCache;
@@ -32,6 +33,11 @@ pub struct Request {
     /// unchanged; see `lookup`).
     pub lookup: Option<LookupParams>,
     pub draft_source: DraftSource,
+    /// What the output must match (a grammar, a JSON schema): each step's
+    /// logits are masked to the tokens it allows, and an end-of-generation
+    /// token ends the request only where it allows one (always then, even
+    /// without `stop_at_eog`). Constrained requests do not speculate.
+    pub constraint: Option<Arc<dyn ConstraintSource>>,
 }
 
 /// Log-probabilities of one generated token (natural log, of the model's
@@ -50,6 +56,8 @@ pub enum FinishReason {
     EndOfGeneration(u32),
     /// `max_tokens` were generated.
     Length,
+    /// The constraint was complete and allowed nothing more.
+    ConstraintComplete,
     /// The sink was cancelled or went away.
     Cancelled,
 }
@@ -158,6 +166,11 @@ struct Slot {
     drafter: Option<Drafter>,
     /// A token already chosen (by a rejected draft's verify) for the next step.
     pending: Option<u32>,
+    /// This sequence's matcher, and the mask of the tokens allowed next.
+    constraint: Option<Box<dyn TokenConstraint>>,
+    mask: Vec<u32>,
+    /// The logits with the mask applied (scratch).
+    masked: Vec<f32>,
 }
 
 /// The batching scheduler.
@@ -235,6 +248,19 @@ impl Scheduler {
                 (self.model.new_state(), Vec::new(), Vec::new(), 0)
             }
         };
+        let mut mask = Vec::new();
+        let constraint = match req.constraint.as_ref().map(|c| {
+            let mut m = c.start()?;
+            m.mask(&mut mask)?;
+            Ok::<_, String>(m)
+        }) {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                sink.send(Event::Error(format!("constraint: {e}")));
+                return;
+            }
+        };
         self.stats.prompt_tokens_cached += cached as u64;
         let phase = if cached == req.prompt.len() {
             Phase::Decode
@@ -249,13 +275,19 @@ impl Scheduler {
         }
         self.admitted += 1;
         let sampler = Sampler::new(req.sampling.clone());
+        // Drafts are not checked against a constraint: constrained requests
+        // decode one token a step.
         let drafter = req
             .lookup
             .clone()
+            .filter(|_| constraint.is_none())
             .map(|l| Drafter::with_source(l, req.draft_source.clone(), req.prompt.len()));
         self.slots.push(Slot {
             drafter,
             pending: None,
+            constraint,
+            mask,
+            masked: Vec::new(),
             sink,
             req,
             state,
@@ -350,9 +382,29 @@ impl Scheduler {
             if s.decode_start.is_none() {
                 s.decode_start = Some(Instant::now());
             }
-            let next = match s.pending.take() {
-                Some(t) => t,
-                None => s.sampler.sample(&s.logits),
+            let next = match (s.pending.take(), s.constraint.is_some()) {
+                (Some(t), _) => t,
+                (None, false) => s.sampler.sample(&s.logits),
+                (None, true) => {
+                    if s.constraint.as_ref().is_some_and(|c| c.finished()) {
+                        done.push((i, Outcome::Done(FinishReason::ConstraintComplete)));
+                        continue;
+                    }
+                    apply_mask(&s.logits, &s.mask, &mut s.masked);
+                    let t = s.sampler.sample(&s.masked);
+                    if crate::constraint::allowed(&s.mask, t) {
+                        t
+                    } else if let Some(t) = first_allowed(&s.mask, s.logits.len()) {
+                        // Every allowed logit was -inf or NaN.
+                        t
+                    } else {
+                        done.push((
+                            i,
+                            Outcome::Error("the constraint allows no token here".into()),
+                        ));
+                        continue;
+                    }
+                }
             };
             let logits = std::mem::take(&mut s.logits);
             let emitted = emit(s, next, &logits, &self.eog, &mut self.stats);
@@ -383,17 +435,68 @@ impl Scheduler {
         }
         if !feed.is_empty() {
             let tokens: Vec<u32> = feed.iter().map(|&(_, t)| t).collect();
-            let result = {
+            // Constrained sequences' matchers advance past their token and
+            // compute the next mask on another thread while the forward
+            // pass runs.
+            let mut masks: Vec<MaskJob> = feed
+                .iter()
+                .filter_map(|&(i, t)| {
+                    let s = &mut self.slots[i];
+                    s.constraint.take().map(|c| MaskJob {
+                        slot: i,
+                        token: t,
+                        matcher: c,
+                        mask: std::mem::take(&mut s.mask),
+                        result: Ok(()),
+                    })
+                })
+                .collect();
+            let model = &self.model;
+            let slots = &mut self.slots;
+            let (result, joined) = std::thread::scope(|scope| {
+                let worker = (!masks.is_empty()).then(|| {
+                    scope.spawn(move || {
+                        for j in masks.iter_mut() {
+                            j.result = j
+                                .matcher
+                                .consume(j.token)
+                                .and_then(|_| j.matcher.mask(&mut j.mask));
+                        }
+                        masks
+                    })
+                });
                 let mut states: Vec<&mut State> = Vec::with_capacity(feed.len());
                 let mut k = 0;
-                for (i, s) in self.slots.iter_mut().enumerate() {
+                for (i, s) in slots.iter_mut().enumerate() {
                     if k < feed.len() && feed[k].0 == i {
                         states.push(&mut s.state);
                         k += 1;
                     }
                 }
-                self.model.forward_batch(&mut states, &tokens)
-            };
+                let result = model.forward_batch(&mut states, &tokens);
+                (result, worker.map(|w| w.join()))
+            });
+            match joined {
+                None => {}
+                Some(Ok(jobs)) => {
+                    for j in jobs {
+                        let s = &mut self.slots[j.slot];
+                        s.constraint = Some(j.matcher);
+                        s.mask = j.mask;
+                        if let Err(e) = j.result {
+                            done.push((j.slot, Outcome::Error(format!("constraint: {e}"))));
+                        }
+                    }
+                }
+                Some(Err(_)) => {
+                    // The matcher thread panicked: its sequences cannot go on.
+                    for &(i, _) in &feed {
+                        if self.slots[i].req.constraint.is_some() {
+                            done.push((i, Outcome::Error("constraint: the matcher failed".into())));
+                        }
+                    }
+                }
+            }
             match result {
                 Ok(logits) => {
                     let vocab = logits.len() / feed.len();
@@ -420,7 +523,9 @@ impl Scheduler {
     /// End the slots at the given indices (all taken before any removal),
     /// removing from the highest index down so the others stay valid.
     fn finish_all(&mut self, mut done: Vec<(usize, Outcome)>) {
-        done.sort_unstable_by_key(|d| std::cmp::Reverse(d.0));
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        // A slot ends once (the first outcome recorded for it wins).
+        done.dedup_by_key(|d| d.0);
         for (i, outcome) in done {
             let mut s = self.slots.swap_remove(i);
             let reason = match outcome {
@@ -455,6 +560,15 @@ enum Outcome {
     Error(String),
 }
 
+/// A constrained sequence's matcher, out on the mask thread for one step.
+struct MaskJob {
+    slot: usize,
+    token: u32,
+    matcher: Box<dyn TokenConstraint>,
+    mask: Vec<u32>,
+    result: Result<(), String>,
+}
+
 /// Report a chosen token of slot `s` (chosen from `logits`) to its sink.
 /// `Err` says why the request ends here: an end-of-generation token (not
 /// reported), a sink that went away, or the token limit reached.
@@ -465,7 +579,7 @@ fn emit(
     eog: &[u32],
     stats: &mut SchedulerStats,
 ) -> Result<(), FinishReason> {
-    if s.req.stop_at_eog && eog.contains(&tok) {
+    if (s.req.stop_at_eog || s.constraint.is_some()) && eog.contains(&tok) {
         return Err(FinishReason::EndOfGeneration(tok));
     }
     let logprobs = s.req.logprobs.map(|k| token_logprobs(logits, tok, k));

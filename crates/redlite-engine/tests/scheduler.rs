@@ -112,6 +112,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         stop_at_eog: false,
         lookup: None,
         draft_source: DraftSource::Lookup,
+        constraint: None,
     }
 }
 

@@ -131,16 +131,17 @@ pub fn token_words(tok: &Tokenizer) -> Vec<Vec<u8>> {
 impl GrammarEnv {
     /// Build the trie over `tok`'s vocabulary; `eog` are the tokens that
     /// end a generation (allowed where a grammar may end). `n_logits` is
-    /// the model's output width (at least the vocabulary).
+    /// the model's output width.
     pub fn new(tok: Arc<Tokenizer>, eog: &[u32], n_logits: usize) -> Result<Self, GrammarError> {
-        let n_vocab = tok.n_vocab();
         let eos = tok
             .eos_id()
             .or_else(|| eog.first().copied())
             .ok_or_else(|| GrammarError::Vocabulary("the vocabulary has no end token".into()))?;
         let mut words = token_words(&tok);
-        // Logits beyond the vocabulary (padding) are tokens nothing matches.
-        words.resize(n_logits.max(n_vocab), Vec::new());
+        // The trie covers the model's outputs: logits beyond the vocabulary
+        // (padding) are tokens nothing matches, and tokens the model cannot
+        // output are left out.
+        words.resize(n_logits, Vec::new());
         let n_vocab = words.len();
         let mut eos_set: Vec<u32> = eog.to_vec();
         if !eos_set.contains(&eos) {

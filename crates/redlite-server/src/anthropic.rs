@@ -514,6 +514,7 @@ fn prepare_messages(
         stop_at_eog: true,
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint: None,
     };
     Ok((id, req, fmt, stream))
 }

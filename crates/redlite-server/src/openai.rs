@@ -521,6 +521,7 @@ fn prepare_chat(app: &App, bytes: &[u8]) -> Result<Prepared<ChatFormat>, ApiErro
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint: None,
     };
     Ok((id, req, fmt, stream))
 }
@@ -761,6 +762,7 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint: None,
     };
     Ok((id, req, fmt, stream))
 }
