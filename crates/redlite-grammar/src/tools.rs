@@ -125,6 +125,54 @@ fn text_terminal(schema: &Value) -> Result<String, String> {
     Ok(format!(r"/(?s:.{len})/ & ~/{TAGS_RX}/ & ~/(?s:.*\r)/"))
 }
 
+/// Numbers the tool-call parser can hold: it keeps integers beyond 64 bits
+/// and infinite floats (`1e999`) as raw strings, which would not match the
+/// schema. Every `integer` / `number` subschema without bounds gets them:
+/// integers within ±(10^18 - 1), numbers within ±10^15 (llguidance's range
+/// expressions cover no wider ones).
+fn bound_numbers(m: &mut Map<String, Value>) {
+    let types: Vec<String> = match m.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let bounds = if types.iter().any(|t| t == "number") {
+        Some((json!(-1e15), json!(1e15)))
+    } else if types.iter().any(|t| t == "integer") {
+        Some((
+            json!(-999_999_999_999_999_999i64),
+            json!(999_999_999_999_999_999i64),
+        ))
+    } else {
+        None
+    };
+    if let Some((lo, hi)) = bounds {
+        if !m.contains_key("minimum") && !m.contains_key("exclusiveMinimum") {
+            m.insert("minimum".into(), lo);
+        }
+        if !m.contains_key("maximum") && !m.contains_key("exclusiveMaximum") {
+            m.insert("maximum".into(), hi);
+        }
+    }
+    for (k, v) in m.iter_mut() {
+        if k == "enum" || k == "const" || k == "x-guidance" {
+            continue;
+        }
+        match v {
+            Value::Object(o) => bound_numbers(o),
+            Value::Array(a) => a.iter_mut().for_each(|x| {
+                if let Value::Object(o) = x {
+                    bound_numbers(o)
+                }
+            }),
+            _ => {}
+        }
+    }
+}
+
 /// `schema` made self-contained: the tool's `$defs` / `definitions` carried
 /// into a parameter's schema so its `$ref`s resolve.
 fn with_defs(schema: &Value, root: &Map<String, Value>) -> Value {
@@ -135,6 +183,7 @@ fn with_defs(schema: &Value, root: &Map<String, Value>) -> Value {
                 m.entry(k).or_insert_with(|| d.clone());
             }
         }
+        bound_numbers(m);
         m.insert(
             "x-guidance".into(),
             json!({"whitespace_pattern": " ", "coerce_one_of": true}),

@@ -69,6 +69,7 @@ fn tools() -> Vec<Value> {
                            "limit": {"type": "integer", "minimum": 0, "maximum": 99},
                            "mode": {"type": "string", "enum": ["text", "hex"]},
                            "ratio": {"type": "number"},
+                           "big": {"type": "array", "items": {"type": "integer"}},
                            "follow": {"type": "boolean"},
                            "tags": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
                            "opts": {"type": "object", "properties": {"a": {"type": "boolean"}},
@@ -153,7 +154,7 @@ fn random_walks_give_calls_that_parse_and_match_the_schema() {
                 parallel,
             })
             .expect("compile");
-        for seed in 0..12u64 {
+        for seed in 0..40u64 {
             let mut m = g.matcher().expect("matcher");
             let ids = walk(&mut m, &tok, seed * 7919 + 1, 400).expect("the walk ends");
             let text = tok.decode(&ids).expect("decode");
@@ -185,6 +186,10 @@ fn random_walks_give_calls_that_parse_and_match_the_schema() {
                     }
                     if let Some(r) = args.get("ratio") {
                         assert!(r.is_number(), "{text:?}");
+                    }
+                    if let Some(b) = args.get("big") {
+                        let b = b.as_array().expect("big is an array");
+                        assert!(b.iter().all(Value::is_i64), "{text:?}");
                     }
                     if let Some(t) = args.get("tags") {
                         let t = t.as_array().expect("tags is an array");
