@@ -26,7 +26,9 @@
 //!   would take as part of the closing newline);
 //! * anything else (integer, number, boolean, null, enums of other kinds,
 //!   arrays, objects, `anyOf`…): JSON valid against the parameter's schema
-//!   (`%json`), with at most a single space between JSON tokens.
+//!   (`%json`), with at most a single space between JSON tokens, and numbers
+//!   without bounds held to what the parser reads back as numbers (see
+//!   `bound_numbers`).
 
 use serde_json::{json, Map, Value};
 
