@@ -36,11 +36,28 @@ def run(constrained, seed):
     return t["predicted_per_second"]
 
 
+def metric(name):
+    with urllib.request.urlopen(BASE + "/metrics", timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+MASK, WAIT = "redlite_constraint_mask_seconds_total", "redlite_constraint_wait_seconds_total"
+m0, w0 = metric(MASK), metric(WAIT)
+decode_s = 0.0
 best = {False: 0.0, True: 0.0}
 for i in range(ROUNDS):
     for c in (False, True):
         tps = run(c, 100 + i)
+        if c:
+            decode_s += N / tps
         best[c] = max(best[c], tps)
         print(f"round {i + 1} {'constrained  ' if c else 'unconstrained'} {tps:.3f} tok/s", flush=True)
 print(f"best of {ROUNDS}: unconstrained {best[False]:.3f}, constrained {best[True]:.3f} tok/s, "
       f"ratio {best[True] / best[False]:.3f}")
+mask, wait = metric(MASK) - m0, metric(WAIT) - w0
+print(f"constrained decode {decode_s:.2f} s for {ROUNDS * N} tokens: masks computed {mask * 1e3:.1f} ms "
+      f"({mask / (ROUNDS * N) * 1e6:.0f} us a token) beside the forward pass, of which the steps waited "
+      f"{wait * 1e3:.2f} ms ({wait / decode_s * 100:.3f} % of decode time)")

@@ -140,6 +140,11 @@ pub struct SchedulerStats {
     pub spec_rounds: u64,
     pub spec_drafted: u64,
     pub spec_accepted: u64,
+    /// Constrained decoding: time the mask thread spent advancing matchers
+    /// and computing masks, and the part of it the decode steps waited for
+    /// after their forward pass had ended (the cost beyond the pass).
+    pub mask_seconds: f64,
+    pub mask_wait_seconds: f64,
 }
 
 enum Phase {
@@ -456,13 +461,14 @@ impl Scheduler {
             let (result, joined) = std::thread::scope(|scope| {
                 let worker = (!masks.is_empty()).then(|| {
                     scope.spawn(move || {
+                        let t = Instant::now();
                         for j in masks.iter_mut() {
                             j.result = j
                                 .matcher
                                 .consume(j.token)
                                 .and_then(|_| j.matcher.mask(&mut j.mask));
                         }
-                        masks
+                        (masks, t.elapsed().as_secs_f64())
                     })
                 });
                 let mut states: Vec<&mut State> = Vec::with_capacity(feed.len());
@@ -474,11 +480,17 @@ impl Scheduler {
                     }
                 }
                 let result = model.forward_batch(&mut states, &tokens);
-                (result, worker.map(|w| w.join()))
+                let waited = Instant::now();
+                let joined = worker.map(|w| w.join());
+                if joined.is_some() {
+                    self.stats.mask_wait_seconds += waited.elapsed().as_secs_f64();
+                }
+                (result, joined)
             });
             match joined {
                 None => {}
-                Some(Ok(jobs)) => {
+                Some(Ok((jobs, secs))) => {
+                    self.stats.mask_seconds += secs;
                     for j in jobs {
                         let s = &mut self.slots[j.slot];
                         s.constraint = Some(j.matcher);
