@@ -269,7 +269,10 @@ fn each_sequence_follows_its_own_constraint_and_none_speculates() {
     assert_eq!(cu.tokens().len(), 30);
     let st = s.stats().clone();
     assert!(st.spec_rounds > 0, "{st:?}");
-    assert!(st.mask_seconds > 0.0 && st.mask_wait_seconds <= st.decode_seconds, "{st:?}");
+    assert!(
+        st.mask_seconds > 0.0 && st.mask_wait_seconds <= st.decode_seconds,
+        "{st:?}"
+    );
     let mut alone = Scheduler::new(m.clone(), vec![END], cfg(1));
     let cu2 = Collect::default();
     run_all(
