@@ -12,7 +12,11 @@ use redlite_tokenizer::Tokenizer;
 use serde_json::{json, Value};
 
 fn env() -> (Arc<Tokenizer>, GrammarEnv) {
-    let g = GgufFile::open(redlite_testkit::fixture("tiny-s-Q8_0.gguf")).expect("fixture");
+    env_of("tiny-s-Q8_0.gguf")
+}
+
+fn env_of(name: &str) -> (Arc<Tokenizer>, GrammarEnv) {
+    let g = GgufFile::open(redlite_testkit::fixture(name)).expect("fixture");
     let tok = Arc::new(Tokenizer::from_gguf(&g).expect("tokenizer"));
     let eog = tok.eog_ids().to_vec();
     let n = tok.n_vocab();
@@ -274,4 +278,33 @@ fn invalid_constraints_are_refused_with_the_reason() {
         .err()
         .expect("bad gbnf");
     assert!(e.to_string().contains("GBNF"), "{e}");
+}
+
+/// llama.cpp's Qwen2 vocabulary (151,643 BPE tokens + specials; it has no
+/// `<tool_call>` token, so the tags are spelled in pieces): template-written
+/// calls pass and random walks parse.
+#[test]
+fn full_size_vocabulary() {
+    let (tok, env) = env_of("tokenizer/ggml-vocab-qwen2.gguf");
+    assert!(tok.n_vocab() > 150_000);
+    let tools = tools();
+    let g = env
+        .compile(&GrammarSpec::ToolCalls {
+            tools: specs(&tools),
+            parallel: false,
+        })
+        .expect("compile");
+    let text = "<tool_call>\n<function=read>\n<parameter=path>\nsrc/a.rs\n</parameter>\n<parameter=limit>\n40\n</parameter>\n<parameter=follow>\ntrue\n</parameter>\n</function>\n</tool_call>";
+    let ids = tok.tokenize(text, false, true);
+    let mut m = g.matcher().expect("matcher");
+    assert_eq!(m.validate(&ids).expect("validate"), ids.len());
+    for seed in 0..6u64 {
+        let mut m = g.matcher().expect("matcher");
+        let ids = walk(&mut m, &tok, seed * 31 + 7, 400).expect("the walk ends");
+        let text = tok.decode(&ids).expect("decode");
+        let mut p = ToolCallParser::new(&tools, ParserOptions::default());
+        p.push(&text);
+        p.finish();
+        assert_eq!(p.message().tool_calls.len(), 1, "{text:?}");
+    }
 }
