@@ -3,7 +3,7 @@ library code reads the process environment.
 
 Layers (a crate may depend only on crates of lower layers):
   gguf < quant < backend < model < {cuda, engine} < {server, eval} < cli, with
-  tokenizer and chat beside quant (depending only on gguf), quantize beside
+  tokenizer and chat beside quant (depending only on gguf), quantize and grammar beside
   backend, synth beside model, and testkit usable by anything as a
   dev-dependency.
 
@@ -27,6 +27,7 @@ LAYER = {
     "redlite-model": 3,
     "redlite-synth": 3,
     "redlite-quantize": 2,
+    "redlite-grammar": 2,
     "redlite-cuda": 4,
     "redlite-engine": 4,
     "redlite-server": 5,

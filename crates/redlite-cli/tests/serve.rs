@@ -1,6 +1,7 @@
 //! `redlite serve` driven by real clients over loopback: the official openai
 //! and anthropic Python SDKs, a multi-turn agent conversation with state
-//! reuse, batched decoding, a bounded load test, and the pi coding agent.
+//! reuse, batched decoding, constrained decoding, a bounded load test, and
+//! the pi coding agent.
 //! Each test starts its own server on a free port (`--port 0`).
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,15 @@ fn openai_and_anthropic_sdks() {
     let s = start(&tiny(), &["--context", "4096"]);
     let out = run_py("clients.py", &[("REDLITE_BASE", s.base.clone())]);
     assert!(out.contains("clients ok"));
+}
+
+#[test]
+fn constrained_tool_calls_and_json_on_random_weights() {
+    // tiny-s has random weights: every valid call and JSON value here is
+    // the grammar's doing.
+    let s = Server::start(&tiny(), &["--parallel", "4"]);
+    let out = run_py("constrained.py", &[("REDLITE_BASE", s.base.clone())]);
+    assert!(out.contains("constrained ok"));
 }
 
 #[test]

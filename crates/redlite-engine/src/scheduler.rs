@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use redlite_model::{Model, ModelError, State};
 
+use crate::constraint::{apply_mask, first_allowed, ConstraintSource, TokenConstraint};
 use crate::lookup::{DraftSource, Drafter, LookupParams};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::state_cache::{SnapshotKind, StateCache};
@@ -37,6 +38,11 @@ pub struct Request {
     /// conversation that shares the prefix resumes there. The scheduler
     /// keeps a few of them ([`SchedulerConfig::boundary_snapshots`]).
     pub boundaries: Vec<usize>,
+    /// What the output must match (a grammar, a JSON schema): each step's
+    /// logits are masked to the tokens it allows, and an end-of-generation
+    /// token ends the request only where it allows one (always then, even
+    /// without `stop_at_eog`). Constrained requests do not speculate.
+    pub constraint: Option<Arc<dyn ConstraintSource>>,
 }
 
 /// Log-probabilities of one generated token (natural log, of the model's
@@ -55,6 +61,8 @@ pub enum FinishReason {
     EndOfGeneration(u32),
     /// `max_tokens` were generated.
     Length,
+    /// The constraint was complete and allowed nothing more.
+    ConstraintComplete,
     /// The sink was cancelled or went away.
     Cancelled,
 }
@@ -147,6 +155,11 @@ pub struct SchedulerStats {
     pub spec_rounds: u64,
     pub spec_drafted: u64,
     pub spec_accepted: u64,
+    /// Constrained decoding: time the mask thread spent advancing matchers
+    /// and computing masks, and the part of it the decode steps waited for
+    /// after their forward pass had ended (the cost beyond the pass).
+    pub mask_seconds: f64,
+    pub mask_wait_seconds: f64,
 }
 
 enum Phase {
@@ -175,6 +188,11 @@ struct Slot {
     pending: Option<u32>,
     /// Prompt offsets still to snapshot at (message boundaries), ascending.
     marks: Vec<usize>,
+    /// This sequence's matcher, and the mask of the tokens allowed next.
+    constraint: Option<Box<dyn TokenConstraint>>,
+    mask: Vec<u32>,
+    /// The logits with the mask applied (scratch).
+    masked: Vec<f32>,
 }
 
 /// The batching scheduler.
@@ -253,6 +271,19 @@ impl Scheduler {
                 (self.model.new_state(), Vec::new(), Vec::new(), 0)
             }
         };
+        let mut mask = Vec::new();
+        let constraint = match req.constraint.as_ref().map(|c| {
+            let mut m = c.start()?;
+            m.mask(&mut mask)?;
+            Ok::<_, String>(m)
+        }) {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                sink.send(Event::Error(format!("constraint: {e}")));
+                return;
+            }
+        };
         self.stats.prompt_tokens_cached += cached as u64;
         let phase = if cached == req.prompt.len() {
             Phase::Decode
@@ -267,9 +298,12 @@ impl Scheduler {
         }
         self.admitted += 1;
         let sampler = Sampler::new(req.sampling.clone());
+        // Drafts are not checked against a constraint: constrained requests
+        // decode one token a step.
         let drafter = req
             .lookup
             .clone()
+            .filter(|_| constraint.is_none())
             .map(|l| Drafter::with_source(l, req.draft_source.clone(), req.prompt.len()));
         let marks = pick_boundaries(
             &req.boundaries,
@@ -282,6 +316,9 @@ impl Scheduler {
             marks,
             drafter,
             pending: None,
+            constraint,
+            mask,
+            masked: Vec::new(),
             sink,
             req,
             state,
@@ -392,9 +429,29 @@ impl Scheduler {
             if s.decode_start.is_none() {
                 s.decode_start = Some(Instant::now());
             }
-            let next = match s.pending.take() {
-                Some(t) => t,
-                None => s.sampler.sample(&s.logits),
+            let next = match (s.pending.take(), s.constraint.is_some()) {
+                (Some(t), _) => t,
+                (None, false) => s.sampler.sample(&s.logits),
+                (None, true) => {
+                    if s.constraint.as_ref().is_some_and(|c| c.finished()) {
+                        done.push((i, Outcome::Done(FinishReason::ConstraintComplete)));
+                        continue;
+                    }
+                    apply_mask(&s.logits, &s.mask, &mut s.masked);
+                    let t = s.sampler.sample(&s.masked);
+                    if crate::constraint::allowed(&s.mask, t) {
+                        t
+                    } else if let Some(t) = first_allowed(&s.mask, s.logits.len()) {
+                        // Every allowed logit was -inf or NaN.
+                        t
+                    } else {
+                        done.push((
+                            i,
+                            Outcome::Error("the constraint allows no token here".into()),
+                        ));
+                        continue;
+                    }
+                }
             };
             let logits = std::mem::take(&mut s.logits);
             let emitted = emit(s, next, &logits, &self.eog, &mut self.stats);
@@ -425,17 +482,75 @@ impl Scheduler {
         }
         if !feed.is_empty() {
             let tokens: Vec<u32> = feed.iter().map(|&(_, t)| t).collect();
-            let result = {
+            // Constrained sequences' matchers advance past their token and
+            // compute the next mask on another thread while the forward
+            // pass runs.
+            let mut masks: Vec<MaskJob> = feed
+                .iter()
+                .filter_map(|&(i, t)| {
+                    let s = &mut self.slots[i];
+                    s.constraint.take().map(|c| MaskJob {
+                        slot: i,
+                        token: t,
+                        matcher: c,
+                        mask: std::mem::take(&mut s.mask),
+                        result: Ok(()),
+                    })
+                })
+                .collect();
+            let model = &self.model;
+            let slots = &mut self.slots;
+            let (result, joined) = std::thread::scope(|scope| {
+                let worker = (!masks.is_empty()).then(|| {
+                    scope.spawn(move || {
+                        let t = Instant::now();
+                        for j in masks.iter_mut() {
+                            j.result = j
+                                .matcher
+                                .consume(j.token)
+                                .and_then(|_| j.matcher.mask(&mut j.mask));
+                        }
+                        (masks, t.elapsed().as_secs_f64())
+                    })
+                });
                 let mut states: Vec<&mut State> = Vec::with_capacity(feed.len());
                 let mut k = 0;
-                for (i, s) in self.slots.iter_mut().enumerate() {
+                for (i, s) in slots.iter_mut().enumerate() {
                     if k < feed.len() && feed[k].0 == i {
                         states.push(&mut s.state);
                         k += 1;
                     }
                 }
-                self.model.forward_batch(&mut states, &tokens)
-            };
+                let result = model.forward_batch(&mut states, &tokens);
+                let waited = Instant::now();
+                let joined = worker.map(|w| w.join());
+                if joined.is_some() {
+                    self.stats.mask_wait_seconds += waited.elapsed().as_secs_f64();
+                }
+                (result, joined)
+            });
+            match joined {
+                None => {}
+                Some(Ok((jobs, secs))) => {
+                    self.stats.mask_seconds += secs;
+                    for j in jobs {
+                        let s = &mut self.slots[j.slot];
+                        s.constraint = Some(j.matcher);
+                        s.mask = j.mask;
+                        if let Err(e) = j.result {
+                            done.push((j.slot, Outcome::Error(format!("constraint: {e}"))));
+                        }
+                    }
+                }
+                Some(Err(_)) => {
+                    // The matcher thread panicked: its sequences cannot go on.
+                    for &(i, _) in &feed {
+                        if self.slots[i].req.constraint.is_some() {
+                            done.push((i, Outcome::Error("constraint: the matcher failed".into())));
+                        }
+                    }
+                }
+            }
             match result {
                 Ok(logits) => {
                     let vocab = logits.len() / feed.len();
@@ -462,7 +577,9 @@ impl Scheduler {
     /// End the slots at the given indices (all taken before any removal),
     /// removing from the highest index down so the others stay valid.
     fn finish_all(&mut self, mut done: Vec<(usize, Outcome)>) {
-        done.sort_unstable_by_key(|d| std::cmp::Reverse(d.0));
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        // A slot ends once (the first outcome recorded for it wins).
+        done.dedup_by_key(|d| d.0);
         for (i, outcome) in done {
             let mut s = self.slots.swap_remove(i);
             let reason = match outcome {
@@ -543,6 +660,15 @@ pub fn pick_boundaries(
     out
 }
 
+/// A constrained sequence's matcher, out on the mask thread for one step.
+struct MaskJob {
+    slot: usize,
+    token: u32,
+    matcher: Box<dyn TokenConstraint>,
+    mask: Vec<u32>,
+    result: Result<(), String>,
+}
+
 /// Report a chosen token of slot `s` (chosen from `logits`) to its sink.
 /// `Err` says why the request ends here: an end-of-generation token (not
 /// reported), a sink that went away, or the token limit reached.
@@ -553,7 +679,7 @@ fn emit(
     eog: &[u32],
     stats: &mut SchedulerStats,
 ) -> Result<(), FinishReason> {
-    if s.req.stop_at_eog && eog.contains(&tok) {
+    if (s.req.stop_at_eog || s.constraint.is_some()) && eog.contains(&tok) {
         return Err(FinishReason::EndOfGeneration(tok));
     }
     let logprobs = s.req.logprobs.map(|k| token_logprobs(logits, tok, k));

@@ -113,6 +113,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         lookup: None,
         draft_source: DraftSource::Lookup,
         boundaries: Vec::new(),
+        constraint: None,
     }
 }
 

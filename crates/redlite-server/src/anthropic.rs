@@ -16,7 +16,7 @@ use crate::fields::*;
 use crate::openai::{blocking, object_schema, render_chat, sampling, ChatPrompt, ToolChoice};
 use crate::pipeline::ChatOutput;
 use crate::run::{respond, Chunk, End, EndReason, Format};
-use crate::{body_bytes, new_id, App};
+use crate::{body_bytes, constrain, new_id, App};
 
 /// Text of a `content` that is a string or an array of text blocks.
 fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
@@ -496,6 +496,20 @@ fn prepare_messages(
         id_prefix: Some(format!("toolu_{}_", &id[4..16])),
         ..ParserOptions::for_prompt(&prompt.text)
     };
+    // `disable_parallel_tool_use` in `tool_choice`: exactly one call.
+    let parallel = !opt_object(&o, "tool_choice")?
+        .and_then(|tc| tc.get("disable_parallel_tool_use"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let constraint = match constrain::tool_calls(&tools, &choice, parallel) {
+        Some(a) if app.grammar.is_some() => constrain::compile(app, Some(a))?,
+        _ => None,
+    };
+    let stops = if constraint.is_some() {
+        Vec::new()
+    } else {
+        stops
+    };
     let out = ChatOutput::new(&tools, opts, stops, &prompt.forced);
     let fmt = MessagesFormat {
         app: app.clone(),
@@ -515,6 +529,7 @@ fn prepare_messages(
         stop_at_eog: true,
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint,
     };
     Ok((id, req, fmt, stream))
 }

@@ -35,6 +35,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 pub mod anthropic;
+pub mod constrain;
 pub mod engine;
 pub mod error;
 pub mod fields;
@@ -147,6 +148,9 @@ pub struct AppState {
     pub shutdown: OnceLock<Shutdown>,
     /// Room for request bodies in flight, in KiB (`body_memory_bytes`).
     pub body_budget: Arc<tokio::sync::Semaphore>,
+    /// The vocabulary indexed for constrained output (built once at load;
+    /// none if the vocabulary could not be indexed).
+    pub grammar: Option<Arc<redlite_grammar::GrammarEnv>>,
 }
 
 pub type App = Arc<AppState>;
@@ -168,6 +172,14 @@ impl AppState {
             .sum::<u64>();
         let backend = model.backend().name();
         let eog = tokenizer.eog_ids().to_vec();
+        let tokenizer = Arc::new(tokenizer);
+        let grammar = match redlite_grammar::GrammarEnv::new(tokenizer.clone(), &eog, n_vocab) {
+            Ok(g) => Some(Arc::new(g)),
+            Err(e) => {
+                tracing::warn!("constrained output is off: {e}");
+                None
+            }
+        };
         // At least one largest body always fits.
         let cfg_body_kib = cfg.body_memory_bytes.max(cfg.max_body_bytes).div_ceil(1024);
         let model = Arc::new(model);
@@ -187,7 +199,8 @@ impl AppState {
             .map_err(|e| format!("starting the engine thread: {e}"))?;
         Ok(AppState {
             cfg,
-            tokenizer: Arc::new(tokenizer),
+            tokenizer,
+            grammar,
             template,
             engine,
             metrics: metrics::Metrics::default(),

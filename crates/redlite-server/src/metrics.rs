@@ -178,6 +178,18 @@ pub async fn metrics(State(app): State<App>) -> impl IntoResponse {
             s.spec_accepted.to_string(),
         ),
         (
+            "redlite_constraint_mask_seconds_total",
+            C,
+            "Time spent computing constrained sequences' token masks (beside the forward pass).",
+            format!("{:.6}", s.mask_seconds),
+        ),
+        (
+            "redlite_constraint_wait_seconds_total",
+            C,
+            "Time decode steps waited for a mask after their forward pass had ended.",
+            format!("{:.6}", s.mask_wait_seconds),
+        ),
+        (
             "redlite_requests_running",
             G,
             "Requests in a slot.",

@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::fields::*;
 use crate::pipeline::{ChatOutput, TextOutput};
 use crate::run::{chat_logprob_entry, respond, token_text, Chunk, End, EndReason, Format};
-use crate::{body_bytes, new_id, App};
+use crate::{body_bytes, constrain, new_id, App};
 
 /// Sampling fields shared by every endpoint (`temperature`, `top_p`,
 /// `top_k`, `min_p`, `seed`), over the server's defaults.
@@ -43,22 +43,11 @@ pub fn sampling(o: &Obj, app: &App) -> Result<SamplingParams, ApiError> {
     Ok(s)
 }
 
-/// `n` must be 1; `response_format` must be text.
+/// `n` must be 1.
 fn single_text_choice(o: &Obj) -> Result<(), ApiError> {
     if let Some(n) = opt_usize(o, "n")? {
         if n != 1 {
             return Err(ApiError::param("n", "only n = 1 is supported"));
-        }
-    }
-    if let Some(rf) = opt_object(o, "response_format")? {
-        match rf.get("type").and_then(Value::as_str) {
-            None | Some("text") => {}
-            Some(t) => {
-                return Err(ApiError::param(
-                    "response_format",
-                    format!("response_format type '{t}' is not supported (constrained decoding is not available); use 'text'"),
-                ))
-            }
         }
     }
     Ok(())
@@ -169,6 +158,9 @@ const CHAT_FIELDS: &[&str] = &[
     "max_tokens",
     "chat_template_kwargs",
     "ignore_eos",
+    "parallel_tool_calls",
+    "json_schema",
+    "grammar",
 ];
 
 /// Fields `/v1/completions` reads.
@@ -189,6 +181,8 @@ const COMPLETION_FIELDS: &[&str] = &[
     "stop",
     "max_tokens",
     "ignore_eos",
+    "json_schema",
+    "grammar",
 ];
 
 /// What `tool_choice` asks for.
@@ -328,7 +322,13 @@ pub fn render_chat(
         .template
         .render(messages, tools_arg, true, kwargs)
         .map_err(|e| ApiError::param("messages", e.to_string()))?;
-    let forced = choice.forced_prefix();
+    // With constrained output the grammar writes the call; without it the
+    // prompt opens the call for the model to continue.
+    let forced = if app.grammar.is_some() {
+        String::new()
+    } else {
+        choice.forced_prefix()
+    };
     text.push_str(&forced);
     let tok = &app.tokenizer;
     let ids = tok.tokenize(&text, tok.add_bos(), true);
@@ -522,6 +522,23 @@ fn prepare_chat(app: &App, bytes: &[u8]) -> Result<Prepared<ChatFormat>, ApiErro
         max_req.map(|m| m.0),
         max_req.map_or("max_tokens", |m| m.1),
     )?;
+    let parallel = opt_bool(&o, "parallel_tool_calls")?.unwrap_or(true);
+    let asked = constrain::one(
+        constrain::tool_calls(&tools, &choice, parallel),
+        constrain::output_format(&o)?,
+    )?;
+    let constraint = if app.grammar.is_some() {
+        constrain::compile(app, asked)?
+    } else {
+        constrain::compile(app, asked.filter(|a| a.field != "tool_choice"))?
+    };
+    // Constrained output ends where the constraint allows, not at a stop
+    // string.
+    let stops = if constraint.is_some() {
+        Vec::new()
+    } else {
+        stops
+    };
     let opts = ParserOptions {
         parse_tool_calls: choice != ToolChoice::None,
         ..ParserOptions::for_prompt(&prompt.text)
@@ -547,6 +564,7 @@ fn prepare_chat(app: &App, bytes: &[u8]) -> Result<Prepared<ChatFormat>, ApiErro
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint,
     };
     Ok((id, req, fmt, stream))
 }
@@ -753,7 +771,12 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
         }
         k => k,
     };
-    let stops = stop_strings(&o, "stop")?;
+    let constraint = constrain::compile(app, constrain::output_format(&o)?)?;
+    let stops = if constraint.is_some() {
+        Vec::new()
+    } else {
+        stop_strings(&o, "stop")?
+    };
     // OpenAI's default for this endpoint is 16 tokens.
     let max_tokens = app.budget(
         ids.len(),
@@ -789,6 +812,7 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
         stop_at_eog: !opt_bool(&o, "ignore_eos")?.unwrap_or(false),
         lookup: app.cfg.lookup.clone(),
         draft_source: DraftSource::Lookup,
+        constraint,
     };
     Ok((id, req, fmt, stream))
 }
@@ -797,6 +821,7 @@ fn prepare_completion(app: &App, bytes: &[u8]) -> Result<Prepared<TextFormat>, A
 mod tests {
     use super::*;
     use crate::{test_app, test_end, test_tokens};
+    use std::sync::Arc;
 
     const CALL_TEXT: &str = "Reading the file.\n<tool_call>\n<function=read>\n<parameter=path>\nsrc/main.rs\n</parameter>\n<parameter=limit>\n40\n</parameter>\n</function>\n</tool_call>";
 
@@ -913,9 +938,13 @@ mod tests {
         assert_eq!(text, "one two");
     }
 
+    /// Without an indexed vocabulary (no constrained output), a forced
+    /// tool choice opens the call in the prompt.
     #[test]
     fn forced_tool_choice_opens_the_call() {
-        let app = test_app();
+        let mut st = Arc::try_unwrap(test_app()).ok().expect("one owner");
+        st.grammar = None;
+        let app = Arc::new(st);
         let named = ToolChoice::Named("read".into());
         let p = render_chat(
             &app,
@@ -999,5 +1028,92 @@ mod tests {
             assert_eq!(&serde_json::from_str::<Value>(a).expect("json"), w);
         }
         assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    fn body(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).expect("json")
+    }
+
+    fn refused<T>(r: Result<T, ApiError>) -> String {
+        match r {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.body().to_string(),
+        }
+    }
+
+    /// Constraints compile while the request is prepared; a forced tool
+    /// choice is then a grammar, not a prompt prefix; invalid schemas and
+    /// grammars are 400s naming the field and the problem.
+    #[test]
+    fn constraints_compile_or_are_refused_by_name() {
+        let app = test_app();
+        let hi = json!([{"role": "user", "content": "hi"}]);
+        let (_, req, fmt, _) = prepare_chat(
+            &app,
+            &body(
+                json!({"messages": hi, "tools": tools(), "tool_choice": "required",
+                         "stop": ["x"]}),
+            ),
+        )
+        .expect("required");
+        assert!(req.constraint.is_some());
+        let plain =
+            prepare_chat(&app, &body(json!({"messages": hi, "tools": tools()}))).expect("auto");
+        assert!(plain.1.constraint.is_none());
+        // The prompt is the unconstrained one: the grammar writes the call.
+        assert_eq!(req.prompt, plain.1.prompt);
+        assert!(fmt.out.matched().is_none());
+        for rf in [
+            json!({"type": "json_object"}),
+            json!({"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+                   "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}),
+        ] {
+            let r = prepare_chat(&app, &body(json!({"messages": hi, "response_format": rf})));
+            assert!(r.expect("json").1.constraint.is_some());
+        }
+        let r = prepare_completion(
+            &app,
+            &body(json!({"prompt": "x", "grammar": "root ::= \"a\" [0-9]+"})),
+        );
+        assert!(r.expect("gbnf").1.constraint.is_some());
+        let r = prepare_completion(
+            &app,
+            &body(json!({"prompt": "x", "json_schema": {"type": "integer"}})),
+        );
+        assert!(r.expect("json_schema").1.constraint.is_some());
+
+        let e = refused(prepare_chat(
+            &app,
+            &body(
+                json!({"messages": hi, "response_format": {"type": "json_schema",
+                "json_schema": {"schema": {"type": "object", "properties": {"a": {"type": "nope"}}}}}}),
+            ),
+        ));
+        assert!(e.contains("response_format") && e.contains("nope"), "{e}");
+        let e = refused(prepare_chat(
+            &app,
+            &body(
+                json!({"messages": hi, "response_format": {"type": "json_schema", "json_schema": {}}}),
+            ),
+        ));
+        assert!(e.contains("schema' is required"), "{e}");
+        let e = refused(prepare_completion(
+            &app,
+            &body(json!({"prompt": "x", "grammar": "root ::= undefined-rule"})),
+        ));
+        assert!(e.contains("grammar") && e.contains("undefined-rule"), "{e}");
+        let e = refused(prepare_chat(
+            &app,
+            &body(
+                json!({"messages": hi, "tools": tools(), "tool_choice": "required",
+                         "response_format": {"type": "json_object"}}),
+            ),
+        ));
+        assert!(e.contains("cannot be combined"), "{e}");
+        let e = refused(prepare_chat(
+            &app,
+            &body(json!({"messages": hi, "response_format": {"type": "xml"}})),
+        ));
+        assert!(e.contains("'xml' is not supported"), "{e}");
     }
 }

@@ -174,7 +174,9 @@ impl Run {
                 }
                 Event::Finished(f) => {
                     let reason = match f.reason {
-                        FinishReason::EndOfGeneration(_) => EndReason::EndOfTurn,
+                        FinishReason::EndOfGeneration(_) | FinishReason::ConstraintComplete => {
+                            EndReason::EndOfTurn
+                        }
                         FinishReason::Length => EndReason::Length,
                         FinishReason::Cancelled => EndReason::EndOfTurn,
                     };

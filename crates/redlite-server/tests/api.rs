@@ -151,7 +151,8 @@ async fn bad_requests_get_openai_errors() {
     let (s, v) = post(
         &a,
         p,
-        &chat(json!({"response_format": {"type": "json_object"}})),
+        &chat(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"schema": {"type": "object", "required": 3}}}})),
     )
     .await;
     openai_error(s, &v, 400, "response_format");
