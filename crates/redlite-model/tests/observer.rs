@@ -10,11 +10,14 @@ use std::collections::HashMap;
 mod common;
 use common::*;
 
+/// One observed input: (expert, rows, data).
+type Input = (Option<usize>, usize, Vec<f32>);
+
 #[derive(Default)]
 struct Both {
     named: HashMap<String, Vec<f32>>,
-    /// weight → (expert, rows, data), in call order.
-    inputs: HashMap<String, Vec<(Option<usize>, usize, Vec<f32>)>>,
+    /// weight → its inputs, in call order.
+    inputs: HashMap<String, Vec<Input>>,
 }
 
 impl redlite_model::Trace for Both {
