@@ -52,9 +52,11 @@ pub struct Args {
     /// Do not compute the perplexity of the chunks (llama-imatrix's --no-ppl).
     #[arg(long)]
     no_ppl: bool,
-    /// Tokens per forward call within a chunk.
-    #[arg(long, default_value_t = 512)]
-    batch: usize,
+    /// Tokens per forward call within a chunk (default: the whole chunk, so every dense
+    /// product has the chunk's rows; products of fewer than 16 rows are not collected, as
+    /// in llama-imatrix).
+    #[arg(long)]
+    batch: Option<usize>,
     /// Worker threads (default: all cores).
     #[arg(long, short = 't')]
     threads: Option<usize>,
@@ -113,7 +115,8 @@ pub fn run(args: Args) -> Result<()> {
             c: &mut col,
             err: None,
         };
-        let logits = run_chunk(&model, chunk, bos, args.batch, Some(&mut obs))?;
+        let batch = args.batch.unwrap_or(n_ctx);
+        let logits = run_chunk(&model, chunk, bos, batch, Some(&mut obs))?;
         if let Some(e) = obs.err {
             bail!("{}: chunk {}: {e}", args.model.display(), i + 1);
         }
