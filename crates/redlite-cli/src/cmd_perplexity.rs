@@ -99,6 +99,9 @@ pub fn chunk_count(n_tokens: usize, n_ctx: usize, max: Option<usize>, what: &str
             2 * n_ctx
         );
     }
+    if max == Some(0) {
+        bail!("--chunks 0: nothing to compute");
+    }
     let n = n_tokens / n_ctx;
     Ok(max.map_or(n, |m| m.min(n)))
 }

@@ -219,4 +219,28 @@ fn base_logits_file_round_trip() {
     let k = other["kld_mean"][0].as_f64().unwrap();
     assert!(k > 0.1, "Q4_K_M's divergence {k}");
     assert_eq!(other["ppl_base"], same["ppl_base"]);
+
+    // Not a base file, a base for another vocabulary, a truncated one:
+    // refused with the file named.
+    let bad = |file: &str, want: &str| {
+        let o = redlite_in_fixtures(&[
+            "perplexity",
+            "../tiny-s-bf16.gguf",
+            "--kl-divergence",
+            "--kl-divergence-base",
+            file,
+        ]);
+        let se = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{file} accepted");
+        assert!(se.contains(file) && se.contains(want), "{file}: {se}");
+    };
+    bad("calib.txt", "_logits_");
+    let trunc = dir.path().join("trunc.kld");
+    std::fs::write(&trunc, &bytes[..bytes.len() - 2]).unwrap();
+    bad(trunc.to_str().unwrap(), "need");
+    let mut other_vocab = bytes.clone();
+    other_vocab[12..16].copy_from_slice(&512i32.to_le_bytes());
+    let ov = dir.path().join("vocab.kld");
+    std::fs::write(&ov, &other_vocab).unwrap();
+    bad(ov.to_str().unwrap(), "vocabulary");
 }

@@ -537,6 +537,16 @@ impl BaseWriter {
             path: path.to_path_buf(),
             err,
         };
+        let Some(tokens) = tokens.get(..n_ctx * n_chunk) else {
+            return Err(BaseError::Format {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "{n_chunk} chunks of {n_ctx} need {} tokens, {} given",
+                    n_ctx * n_chunk,
+                    tokens.len()
+                ),
+            });
+        };
         let f = File::create(path).map_err(io)?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         let mut head = Vec::with_capacity(20 + 4 * n_ctx * n_chunk);
@@ -544,7 +554,7 @@ impl BaseWriter {
         head.extend_from_slice(&(n_ctx as u32).to_le_bytes());
         head.extend_from_slice(&(n_vocab as i32).to_le_bytes());
         head.extend_from_slice(&(n_chunk as i32).to_le_bytes());
-        for &t in &tokens[..n_ctx * n_chunk] {
+        for &t in tokens {
             head.extend_from_slice(&(t as i32).to_le_bytes());
         }
         out.write_all(&head).map_err(io)?;
