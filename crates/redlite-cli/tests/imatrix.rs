@@ -27,6 +27,7 @@ fn redlite_in_fixtures(args: &[&str]) -> Output {
 /// shape and values.
 #[derive(serde::Deserialize)]
 struct PyImatrix {
+    data_offset: usize,
     meta: serde_json::Value,
     tensors: std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)>,
 }
@@ -43,7 +44,7 @@ for k, f in r.fields.items():
     v = f.contents()
     meta[k] = v
 tensors = {t.name: ([int(d) for d in t.shape], [float(x) for x in t.data.ravel()]) for t in r.tensors}
-print(json.dumps({"meta": meta, "tensors": tensors}))
+print(json.dumps({"data_offset": int(r.data_offset), "meta": meta, "tensors": tensors}))
 "#;
     let out = Command::new(redlite_testkit::python())
         .arg("-c")
@@ -99,6 +100,18 @@ fn imatrix_matches_llama_imatrix() {
     assert_eq!(
         ours.meta["imatrix.chunk_size"],
         want.meta["imatrix.chunk_size"]
+    );
+    // Everything before the tensor data (header, metadata, tensor table,
+    // padding) is byte for byte llama-imatrix's.
+    assert_eq!(ours.data_offset, want.data_offset);
+    let (a, b) = (
+        std::fs::read(&out).unwrap(),
+        std::fs::read(qdir().join("imatrix-tiny-s.gguf")).unwrap(),
+    );
+    assert_eq!(a.len(), b.len());
+    assert!(
+        a[..want.data_offset] == b[..want.data_offset],
+        "header differs"
     );
     let names: Vec<&String> = ours.tensors.keys().collect();
     let want_names: Vec<&String> = want.tensors.keys().collect();
