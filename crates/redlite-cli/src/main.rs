@@ -4,8 +4,10 @@ use clap::{Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_eval;
+mod cmd_imatrix;
 mod cmd_inspect;
 mod cmd_logits;
+mod cmd_perplexity;
 mod cmd_quantize;
 mod cmd_run;
 mod cmd_serve;
@@ -45,6 +47,10 @@ enum Command {
     Serve(cmd_serve::Args),
     /// Quantize a GGUF model (llama-quantize's types and mixes, bit for bit; named mix cf2).
     Quantize(cmd_quantize::Args),
+    /// Compute an importance matrix for quantization (llama-imatrix's output, GGUF or .dat).
+    Imatrix(cmd_imatrix::Args),
+    /// Perplexity and KL divergence of a model on a text (llama-perplexity's figures and files).
+    Perplexity(cmd_perplexity::Args),
     /// Point the pi coding agent at `redlite serve` (merges a provider into pi's models.json).
     SetupPi(cmd_setup_pi::Args),
     /// Judge a model through the server: the needle check and the agent suite.
@@ -62,6 +68,8 @@ fn main() {
         Command::Synth(a) => cmd_synth::run(a),
         Command::Serve(a) => cmd_serve::run(a),
         Command::Quantize(a) => cmd_quantize::run(a),
+        Command::Imatrix(a) => cmd_imatrix::run(a),
+        Command::Perplexity(a) => cmd_perplexity::run(a),
         Command::SetupPi(a) => cmd_setup_pi::run(a),
         Command::Eval(a) => cmd_eval::run(a),
     };

@@ -63,7 +63,7 @@ fn openai_and_anthropic_sdks() {
 fn constrained_tool_calls_and_json_on_random_weights() {
     // tiny-s has random weights: every valid call and JSON value here is
     // the grammar's doing.
-    let s = Server::start(&tiny(), &["--parallel", "4"]);
+    let s = start(&tiny(), &["--parallel", "4"]);
     let out = run_py("constrained.py", &[("REDLITE_BASE", s.base.clone())]);
     assert!(out.contains("constrained ok"));
 }

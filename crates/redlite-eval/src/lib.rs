@@ -9,6 +9,10 @@
 //!   check the agent never sees; `--validate` proves every check fails on
 //!   the planted project and passes with the reference patch.
 //!
+//! - [`perplexity`]: perplexity and KL divergence as llama-perplexity
+//!   computes them, from logits (the caller runs the model), and its base
+//!   logits file.
+//!
 //! The crate talks to the server only over HTTP: [`http`], a small blocking
 //! HTTP/1.1 client, and [`proxy`], the relay each agent run goes through (it
 //! counts the run's requests and can set their temperature); it links no
@@ -17,4 +21,5 @@
 pub mod agent;
 pub mod http;
 pub mod needle;
+pub mod perplexity;
 pub mod proxy;

@@ -117,8 +117,22 @@ pub fn expert_split(f: &redlite_gguf::GgufFile) -> (u64, u64) {
 
 /// Receives named intermediate tensors during a forward pass (llama.cpp
 /// callback names, e.g. `attn_norm-3`): `data` is `[rows, cols]` row-major.
+///
+/// It is also the observer of every matrix product's input (what
+/// `redlite imatrix` collects): [`Trace::matmul_input`], which by default
+/// ignores it. Without a trace the forward pass calls neither.
 pub trait Trace {
     fn tensor(&mut self, name: &str, rows: usize, cols: usize, data: &[f32]);
+
+    /// The input of a product with the weight tensor `weight` (its GGUF
+    /// name): `x` is `[rows, n_in]` row-major. For a routed-expert stack
+    /// (`*_exps`), `expert` is the expert and `x` holds only the rows routed
+    /// to it, in token order. A tensor read as several parts (a fused
+    /// projection) is reported once per input; the shared expert's gate
+    /// vector `ffn_gate_inp_shexp` counts as a product (llama.cpp's is one).
+    fn matmul_input(&mut self, weight: &str, expert: Option<usize>, rows: usize, x: &[f32]) {
+        let _ = (weight, expert, rows, x);
+    }
 }
 
 /// A loaded model: the memory-mapped GGUF, the parsed hyper-parameters and a

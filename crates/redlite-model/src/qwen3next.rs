@@ -24,13 +24,47 @@ use redlite_backend::{AttnShape, Backend, DeltaInputs};
 use crate::kv::{self, KvCache};
 use crate::rope;
 use crate::state::{CpuState, CpuTrail, LayerState, LayerTrail};
-use crate::weights::{expert, expert_from, qmat, qmats, AttnW, DeltaNetW, Mat, Mixer, MoeW};
+use crate::weights::{expert, expert_from, qmat, qmats, AttnW, Bytes, DeltaNetW, Mat, Mixer, MoeW};
 use crate::{Model, ModelError, Trace};
 
 /// Optional sink for named intermediates.
 struct Tr<'a>(Option<&'a mut dyn Trace>);
 
 impl Tr<'_> {
+    /// Report the input `x` (`rows` rows) of the products with `mats` (each
+    /// distinct tensor once) to the observer.
+    fn inputs(&mut self, f: &redlite_gguf::GgufFile, mats: &[&Mat], rows: usize, x: &[f32]) {
+        if let Some(t) = self.0.as_deref_mut() {
+            let mut seen: Vec<usize> = Vec::with_capacity(mats.len());
+            for m in mats {
+                let (Bytes::Mapped { tensor, .. } | Bytes::Rows { tensor, .. }) = m.bytes;
+                if !seen.contains(&tensor) {
+                    seen.push(tensor);
+                    t.matmul_input(&f.tensors[tensor].name, None, rows, x);
+                }
+            }
+        }
+    }
+
+    /// Report the rows `x` routed to expert `e` as the input of the expert
+    /// stacks `tensors` (each distinct tensor once).
+    fn expert_input(
+        &mut self,
+        f: &redlite_gguf::GgufFile,
+        tensors: &[usize],
+        e: usize,
+        rows: usize,
+        x: &[f32],
+    ) {
+        if let Some(t) = self.0.as_deref_mut() {
+            for (i, &tensor) in tensors.iter().enumerate() {
+                if !tensors[..i].contains(&tensor) {
+                    t.matmul_input(&f.tensors[tensor].name, Some(e), rows, x);
+                }
+            }
+        }
+    }
+
     fn put(&mut self, name: &str, il: Option<usize>, rows: usize, data: &[f32]) {
         if let Some(t) = self.0.as_deref_mut() {
             let cols = data.len().checked_div(rows).unwrap_or(0);
@@ -351,6 +385,7 @@ fn forward_segments(
     };
     be.rms_norm(&mut y, d, Some(&w.output_norm), eps);
     tr.put("result_norm", None, rows, &y);
+    tr.inputs(f, &[&w.output], rows, &y);
     let logits = linear(be, &qmat(f, &w.output)?, &y, rows, segs.exact);
     tr.put("result_output", None, rows, &logits);
     for (st, &n) in states.iter_mut().zip(lens) {
@@ -389,6 +424,7 @@ fn deltanet(
     let value_dim = c.value_dim();
 
     // Projections: qkv (pre-conv), z (output gate), b/a.
+    tr.inputs(f, &[&w.qkv, &w.gate, &w.ba], t, h);
     let mut proj = linear_group(be, f, &[&w.qkv, &w.gate, &w.ba], h, t, ex)?.into_iter();
     let (qkv, z, ba) = match (proj.next(), proj.next(), proj.next()) {
         (Some(a), Some(b), Some(c)) => (a, b, c),
@@ -499,6 +535,7 @@ fn deltanet(
     o.iter_mut().zip(&z).for_each(|(a, zz)| *a *= silu(*zz));
     tr.put("final_output", Some(il), t, &o);
 
+    tr.inputs(f, &[&w.out], t, &o);
     let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
     tr.put("linear_attn_out", Some(il), t, &out);
     Ok(out)
@@ -532,6 +569,7 @@ fn attention(
     let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
 
     // Query and output gate interleaved per head: [query hd | gate hd].
+    tr.inputs(f, &[&w.q, &w.k, &w.v], t, h);
     let mut proj = linear_group(be, f, &[&w.q, &w.k, &w.v], h, t, ex)?.into_iter();
     let (qg, mut k, v) = match (proj.next(), proj.next(), proj.next()) {
         (Some(a), Some(b), Some(c)) => (a, b, c),
@@ -612,6 +650,7 @@ fn attention(
     // Sigmoid output gate, then the output projection.
     o.iter_mut().zip(&gate).for_each(|(a, g)| *a *= sigmoid(*g));
     tr.put("attn_gated", Some(il), t, &o);
+    tr.inputs(f, &[&w.out], t, &o);
     let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
     tr.put("attn_out", Some(il), t, &out);
     Ok(out)
@@ -634,6 +673,7 @@ fn moe(
     let ne = c.n_expert;
 
     // Router: softmax over all experts, top-k, renormalise.
+    tr.inputs(f, &[&w.router], t, h);
     let logits = linear(be, &qmat(f, &w.router)?, h, t, ex);
     tr.put("ffn_moe_logits", Some(il), t, &logits);
     let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
@@ -664,7 +704,7 @@ fn moe(
     // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
     let mut y = vec![0f32; t * d];
     if ex || t < EXPERT_GEMM_MIN {
-        routed_small(model, w, h, t, &routes, &mut y, il, next.as_deref())?;
+        routed_small(model, w, h, t, &routes, &mut y, il, next.as_deref(), tr)?;
     } else {
         // Expert by expert in id order; when streaming, a group of experts
         // that fits the cache's budget is read (in parallel) at a time.
@@ -683,7 +723,9 @@ fn moe(
                     xe[j * d..(j + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
                 }
                 let (gate, up, down) = held.mats(f, w, i, e)?;
+                tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, n, &xe);
                 let act = swiglu(be, &gate, &up, &xe, n, ex);
+                tr.expert_input(f, &[w.down.tensor], e, n, &act);
                 let down = linear(be, &down, &act, n, ex);
                 scatter_add(&mut y, d, toks, &down);
             }
@@ -692,12 +734,17 @@ fn moe(
     tr.put("ffn_moe_out", Some(il), t, &y);
 
     // Shared expert with a sigmoid gate per token.
+    tr.inputs(f, &[&w.sh_gate, &w.sh_up], t, h);
     let mut gu = linear_group(be, f, &[&w.sh_gate, &w.sh_up], h, t, ex)?.into_iter();
     let (mut act, up) = match (gu.next(), gu.next()) {
         (Some(a), Some(b)) => (a, b),
         _ => unreachable!("linear_group returns one output per matrix"),
     };
     act.iter_mut().zip(&up).for_each(|(a, b)| *a = silu(*a) * b);
+    tr.inputs(f, &[&w.sh_down], t, &act);
+    if let Some(o) = tr.0.as_deref_mut() {
+        o.matmul_input(&format!("blk.{il}.ffn_gate_inp_shexp.weight"), None, t, h);
+    }
     let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t, ex);
     for tt in 0..t {
         let hr = &h[tt * d..(tt + 1) * d];
@@ -754,6 +801,7 @@ fn routed_small(
     y: &mut [f32],
     il: usize,
     next: Option<&[usize]>,
+    tr: &mut Tr<'_>,
 ) -> Result<(), ModelError> {
     use redlite_backend::MatJob;
     let f = &model.gguf;
@@ -789,6 +837,10 @@ fn routed_small(
         .enumerate()
         .map(|(i, &e)| held.mats(f, w, i, e))
         .collect::<Result<_, ModelError>>()?;
+    for (i, &(e, toks)) in active.iter().enumerate() {
+        let x: &[f32] = if t == 1 { h } else { &xes[i] };
+        tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, toks.len(), x);
+    }
     let ff = mats.first().map(|m| m.0.n_out).unwrap_or(0);
     let mut gs: Vec<Vec<f32>> = active
         .iter()
@@ -817,6 +869,9 @@ fn routed_small(
     }
     for (g, u) in gs.iter_mut().zip(&us) {
         g.iter_mut().zip(u).for_each(|(a, b)| *a = silu(*a) * b);
+    }
+    for (&(e, toks), g) in active.iter().zip(&gs) {
+        tr.expert_input(f, &[w.down.tensor], e, toks.len(), g);
     }
     let mut downs: Vec<Vec<f32>> = active
         .iter()

@@ -14,11 +14,13 @@
 pub mod driver;
 pub mod ftype;
 pub mod imatrix;
+pub mod imatrix_collect;
 pub mod mix;
 
 pub use driver::{quantize_file, Progress, QuantizeError, QuantizeOptions, Report};
 pub use ftype::FileType;
 pub use imatrix::Imatrix;
+pub use imatrix_collect::ImatrixCollector;
 pub use mix::{MixOptions, ModelInfo, PlannedTensor, TensorTypeOverride};
 
 /// A named Red Lite mix: the file type and the tensor overrides it stands for.
