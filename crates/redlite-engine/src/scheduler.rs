@@ -41,7 +41,7 @@ pub struct Request {
     /// What the output must match (a grammar, a JSON schema): each step's
     /// logits are masked to the tokens it allows, and an end-of-generation
     /// token ends the request only where it allows one (always then, even
-    /// without `stop_at_eog`). Constrained requests do not speculate.
+    /// without `stop_at_eog`). Drafts are judged on the masked rows.
     pub constraint: Option<Arc<dyn ConstraintSource>>,
 }
 
@@ -298,12 +298,11 @@ impl Scheduler {
         }
         self.admitted += 1;
         let sampler = Sampler::new(req.sampling.clone());
-        // Drafts are not checked against a constraint: constrained requests
-        // decode one token a step.
+        // A constrained request's drafts are judged against its matcher
+        // (see `speculate`).
         let drafter = req
             .lookup
             .clone()
-            .filter(|_| constraint.is_none())
             .map(|l| Drafter::with_source(l, req.draft_source.clone(), req.prompt.len()));
         let marks = pick_boundaries(
             &req.boundaries,
@@ -718,8 +717,38 @@ fn speculate(
     s.fed.push(next);
     let mut fed = 1;
     let mut outcome = None;
+    // A constrained sequence: the matcher advances past `next` and every
+    // accepted draft token, and each verify row is masked by what the
+    // matcher allows there before the draft is judged, exactly as decoding
+    // one token at a time would mask it. A draft token the mask forbids is
+    // a rejection (its probability under the masked row is zero).
+    let t_mask = Instant::now();
+    let masked = s.constraint.is_some();
+    if masked {
+        if let Err(e) = advance(s, next) {
+            return Some(e);
+        }
+    }
     for (i, &d) in draft.iter().enumerate() {
-        let (tok, accepted) = s.sampler.accept_draft(row(i), d);
+        if masked && s.constraint.as_ref().is_some_and(|c| c.finished()) {
+            outcome = Some(Outcome::Done(FinishReason::ConstraintComplete));
+            break;
+        }
+        let (tok, accepted) = if masked {
+            apply_mask(row(i), &s.mask, &mut s.masked);
+            let (t, ok) = s.sampler.accept_draft(&s.masked, d);
+            if crate::constraint::allowed(&s.mask, t) {
+                (t, ok)
+            } else if let Some(t) = first_allowed(&s.mask, vocab) {
+                // Every allowed logit was -inf or NaN.
+                (t, false)
+            } else {
+                outcome = Some(Outcome::Error("the constraint allows no token here".into()));
+                break;
+            }
+        } else {
+            s.sampler.accept_draft(row(i), d)
+        };
         if !accepted {
             s.pending = Some(tok);
             break;
@@ -735,6 +764,15 @@ fn speculate(
             outcome = Some(Outcome::Done(end));
             break;
         }
+        if masked {
+            if let Err(e) = advance(s, tok) {
+                outcome = Some(e);
+                break;
+            }
+        }
+    }
+    if masked {
+        stats.mask_seconds += t_mask.elapsed().as_secs_f64();
     }
     stats.spec_rounds += 1;
     stats.spec_drafted += draft.len() as u64;
@@ -750,6 +788,17 @@ fn speculate(
     s.logits.clear();
     s.logits.extend_from_slice(row(fed - 1));
     outcome
+}
+
+/// Feed `token` to slot `s`'s matcher and compute its next mask (on this
+/// thread: inside a verify round the masks are needed one after another).
+fn advance(s: &mut Slot, token: u32) -> Result<(), Outcome> {
+    let Some(c) = s.constraint.as_mut() else {
+        return Ok(());
+    };
+    c.consume(token)
+        .and_then(|_| c.mask(&mut s.mask))
+        .map_err(|e| Outcome::Error(format!("constraint: {e}")))
 }
 
 /// Log-softmax of `logits` at `chosen`, plus the `k` most likely tokens.
