@@ -1,8 +1,9 @@
-//! Lattice quantizers IQ2_XXS, IQ2_XS, IQ1_S and IQ1_M: ports of ggml's
-//! `iq2xs_init_impl` (the grid, the map from 8 two-bit levels to a grid
-//! index, and each off-grid point's nearest grid points), the neighbour
+//! Lattice quantizers IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M: ports of
+//! ggml's `iq2xs_init_impl` (the grid, the map from 8 two-bit levels to a
+//! grid index, and each off-grid point's nearest grid points), the neighbour
 //! searches and `quantize_row_iq2_xxs_impl`, `quantize_row_iq2_xs_impl`,
-//! `quantize_row_iq1_s_impl`, `quantize_row_iq1_m_impl`.
+//! `quantize_row_iq2_s_impl`, `quantize_row_iq1_s_impl`,
+//! `quantize_row_iq1_m_impl`.
 //!
 //! The grids are rebuilt from the decoding tables in `iq_tables` (each grid
 //! byte names a level `l` in 0..3, the search works with `2l + 1`).
@@ -15,12 +16,13 @@
 use std::sync::OnceLock;
 
 use super::{f16_bytes, nearest_int, GROUP_MAX_EPS};
-use crate::iq_tables::{IQ1S_DELTA, IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
+use crate::iq_tables::{IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 
 const QK_K: usize = 256;
 const KMAP_SIZE: usize = 43692;
 const GROUP_MAX_EPS_IQ1_M: f32 = 1e-7;
 const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
+const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 
 /// One grid with its search tables (`iq2_data[gindex]`).
 pub(super) struct Grid {
@@ -37,6 +39,7 @@ pub(super) struct Grid {
 pub(super) enum GridKind {
     Iq2Xxs,
     Iq2Xs,
+    Iq2S,
     Iq1,
 }
 
@@ -44,6 +47,7 @@ fn build(kind: GridKind) -> Grid {
     let levels: Vec<[u8; 8]> = match kind {
         GridKind::Iq2Xxs => IQ2XXS_GRID.iter().map(|&g| levels_2bit(g)).collect(),
         GridKind::Iq2Xs => IQ2XS_GRID.iter().map(|&g| levels_2bit(g)).collect(),
+        GridKind::Iq2S => IQ2S_GRID.iter().map(|&g| levels_2bit(g)).collect(),
         GridKind::Iq1 => IQ1S_GRID
             .iter()
             .map(|&g| std::array::from_fn(|i| ((g >> (8 * i)) as u8 as i8 + 1) as u8))
@@ -51,6 +55,7 @@ fn build(kind: GridKind) -> Grid {
     };
     let nwant = match kind {
         GridKind::Iq1 => 3,
+        GridKind::Iq2S => 1,
         _ => 2,
     };
     let points: Vec<[i8; 8]> = levels
@@ -135,6 +140,7 @@ pub(super) fn grid(kind: GridKind) -> &'static Grid {
         GridKind::Iq2Xxs => 0,
         GridKind::Iq2Xs => 1,
         GridKind::Iq1 => 2,
+        GridKind::Iq2S => 3,
     };
     G[i].get_or_init(|| build(kind))
 }
@@ -533,6 +539,155 @@ pub(super) fn iq2_xs_row(x: &[f32], y: &mut [u8], qw_row: &[f32]) {
         }
         for (i, q) in q2.iter().enumerate() {
             yb[2 + 2 * i..4 + 2 * i].copy_from_slice(&q.to_le_bytes());
+        }
+    }
+}
+
+/// `quantize_row_iq2_s_impl` for one row (`qw_row` may be absent: weights
+/// `σ²/4 + x²`). Block: d, 32 grid low bytes, 32 sign bytes, 8 bytes of
+/// grid high bits, 8 bytes of 4-bit scales.
+pub(super) fn iq2_s_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
+    let g = grid(GridKind::Iq2S);
+    let k_max_q = 3;
+    for (ibl, (xbl, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(82)).enumerate() {
+        yb.fill(0);
+        let mut scales = [0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut sumx2 = 0.0f32;
+        for &v in xbl {
+            sumx2 += v * v;
+        }
+        let sigma2 = 2.0 * sumx2 / QK_K as f32;
+        for ib in 0..QK_K / 16 {
+            let xb = &xbl[16 * ib..16 * ib + 16];
+            let mut weight = [0f32; 16];
+            let mut waux = [0f32; 16];
+            let mut xval = [0f32; 16];
+            let mut laux = [0i8; 16];
+            let mut block_signs = [0u8; 2];
+            let mut is_on_grid = [true; 2];
+            let mut is_on_grid_aux = [true; 2];
+            match qw_row {
+                Some(qw) => {
+                    let qw = &qw[QK_K * ibl + 16 * ib..];
+                    for i in 0..16 {
+                        weight[i] = qw[i] * (sigma2 + xb[i] * xb[i]).sqrt();
+                    }
+                }
+                None => {
+                    for i in 0..16 {
+                        weight[i] = 0.25 * sigma2 + xb[i] * xb[i];
+                    }
+                }
+            }
+            for i in 0..16 {
+                waux[i] = weight[i].sqrt();
+            }
+            for k in 0..2 {
+                let mut s = 0u8;
+                for i in 0..8 {
+                    if xb[8 * k + i] >= 0.0 {
+                        xval[8 * k + i] = xb[8 * k + i];
+                    } else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        s |= 1 << i;
+                    }
+                }
+                block_signs[k] = s;
+            }
+            let mut max = xval[0];
+            for &v in &xval[1..] {
+                max = max.max(v);
+            }
+            let mut l = [0i8; 16];
+            if max < GROUP_MAX_EPS_IQ2_S {
+                scales[ib] = 0.0;
+                continue;
+            }
+            let mut best = 0.0f32;
+            let mut scale = max / (2 * k_max_q - 1) as f32;
+            for is in -9i32..=9 {
+                let id = ((2 * k_max_q - 1) as f32 + is as f32 * 0.1f32) / max;
+                let this_scale = 1.0 / id;
+                for k in 0..2 {
+                    levels_for(id, &xval[8 * k..], k_max_q, &mut laux[8 * k..8 * k + 8]);
+                    let gi = g.index_of(&laux[8 * k..8 * k + 8]);
+                    is_on_grid_aux[k] = true;
+                    if gi < 0 {
+                        is_on_grid_aux[k] = false;
+                        let nb = g.neighbours_at(gi);
+                        g.best_neighbour(
+                            nb,
+                            &xval[8 * k..],
+                            &waux[8 * k..],
+                            this_scale,
+                            &mut laux[8 * k..8 * k + 8],
+                        );
+                    }
+                }
+                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &laux);
+                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                    scale = sumqx / sumq2;
+                    best = scale * sumqx;
+                    l = laux;
+                    is_on_grid = is_on_grid_aux;
+                }
+            }
+            let n_not_ongrid = is_on_grid.iter().filter(|&&b| !b).count();
+            if n_not_ongrid > 0 && scale > 0.0 {
+                let id = 1.0 / scale;
+                for k in 0..2 {
+                    if is_on_grid[k] {
+                        continue;
+                    }
+                    levels_for(id, &xval[8 * k..], k_max_q, &mut l[8 * k..8 * k + 8]);
+                    let gi = g.index_of(&l[8 * k..8 * k + 8]);
+                    if gi < 0 {
+                        let nb = g.neighbours_at(gi);
+                        g.best_neighbour(
+                            nb,
+                            &xval[8 * k..],
+                            &waux[8 * k..],
+                            scale,
+                            &mut l[8 * k..8 * k + 8],
+                        );
+                    }
+                }
+                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &l);
+                if sumq2 > 0.0 {
+                    scale = sumqx / sumq2;
+                }
+            }
+            if scale < 0.0 {
+                scale = -scale;
+                for s in &mut block_signs {
+                    *s = !*s;
+                }
+            }
+            for k in 0..2 {
+                // Every level set here is on the grid (C aborts otherwise).
+                let gi = g.index_of(&l[8 * k..8 * k + 8]).max(0) as usize;
+                let i8 = 2 * ib + k;
+                yb[2 + i8] = (gi & 255) as u8;
+                yb[66 + i8 / 4] |= ((gi >> 8) << (2 * (i8 % 4))) as u8;
+                yb[2 + QK_K / 8 + i8] = block_signs[k];
+            }
+            scales[ib] = scale;
+            max_scale = max_scale.max(scale);
+        }
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 31.0;
+        yb[0..2].copy_from_slice(&f16_bytes(d * 0.9875f32));
+        let id = 1.0 / d;
+        for ib in 0..QK_K / 16 {
+            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+            if ib % 2 == 0 {
+                yb[74 + ib / 2] = l;
+            } else {
+                yb[74 + ib / 2] |= l << 4;
+            }
         }
     }
 }
