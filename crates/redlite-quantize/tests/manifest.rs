@@ -117,7 +117,9 @@ fn reproduce(select: impl Fn(&str) -> bool, must: &[&str]) {
             completed += 1;
         }
         let out = dir.path().join(format!("{}.gguf", run.key));
+        let t0 = std::time::Instant::now();
         let res = quantize_file(&input(), &out, &run.opts, &|_| {});
+        eprintln!("{}: {:.2} s", run.key, t0.elapsed().as_secs_f64());
         if let Some(err) = run.expect["error"].as_str() {
             // llama-quantize: "llama_quantize: failed to quantize model from ..."
             // after "this quantization requires an imatrix!".
