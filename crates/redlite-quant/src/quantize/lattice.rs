@@ -28,6 +28,8 @@ const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 pub(super) struct Grid {
     /// Grid points as `2l + 1` per coordinate.
     pub points: Vec<[i8; 8]>,
+    /// The same points as f32 (what the SIMD neighbour search gathers).
+    pub points_f32: Vec<[f32; 8]>,
     /// Index of the 8 two-bit levels → grid index, or `-(offset + 1)` into
     /// `neighbours` for points off the grid.
     pub map: Vec<i32>,
@@ -113,8 +115,13 @@ fn build(kind: GridKind) -> Grid {
         }
         neighbours[start] = n;
     }
+    let points_f32 = points
+        .iter()
+        .map(|p| std::array::from_fn(|i| p[i] as f32))
+        .collect();
     Grid {
         points,
+        points_f32,
         map,
         neighbours,
     }
@@ -161,26 +168,26 @@ impl Grid {
         scale: f32,
         l: &mut [i8],
     ) -> usize {
-        let mut best_d2 = f32::MAX;
-        let mut grid_index = nb[0] as usize;
-        for &j in nb {
-            let pg = &self.points[j as usize];
-            let mut d2 = 0.0f32;
-            for i in 0..8 {
-                let q = pg[i] as f32;
-                let diff = scale * q - xval[i];
-                d2 += weight[i] * diff * diff;
-            }
-            if d2 < best_d2 {
-                best_d2 = d2;
-                grid_index = j as usize;
-            }
-        }
+        let grid_index = self.nearest(nb, xval, weight, scale);
         let pg = &self.points[grid_index];
         for i in 0..8 {
             l[i] = (pg[i] - 1) / 2;
         }
         grid_index
+    }
+
+    /// The first of `nb` at the smallest weighted distance
+    /// `Σ w·(scale·q − x)²`: the AVX2 twin where the CPU has it (eight
+    /// neighbours at a time, the same operations in the same order per
+    /// neighbour, so the same answer), else the scalar reference.
+    fn nearest(&self, nb: &[u16], xval: &[f32], weight: &[f32], scale: f32) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if nb.len() >= 8 && crate::isa() >= crate::Isa::Avx2 {
+            // SAFETY: AVX2 is present (`isa()` detected it at run time); every
+            // neighbour index is a grid index (built with the grid).
+            return unsafe { nearest_avx2(&self.points_f32, nb, xval, weight, scale) };
+        }
+        nearest_scalar(&self.points, nb, xval, weight, scale)
     }
 
     /// `iq1_find_best_neighbour2`.
@@ -224,6 +231,102 @@ impl Grid {
         }
         self.map[u]
     }
+}
+
+/// The scalar reference of [`Grid::nearest`] (`iq2_find_best_neighbour`'s loop).
+fn nearest_scalar(
+    points: &[[i8; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+) -> usize {
+    let mut best_d2 = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    for &j in nb {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = pg[i] as f32;
+            let diff = scale * q - xval[i];
+            d2 += weight[i] * diff * diff;
+        }
+        if d2 < best_d2 {
+            best_d2 = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The AVX2 twin of [`nearest_scalar`]: eight neighbours per vector, one
+/// lane each, every lane's sum built in the scalar order with separate
+/// multiplies and adds (no fused multiply-add), then the lanes compared in
+/// order with the scalar's strict `<`; the remainder goes through the
+/// scalar loop.
+///
+/// # Safety
+/// The CPU must have AVX2, and every index in `nb` must be below
+/// `points.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_avx2(
+    points: &[[f32; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+) -> usize {
+    use std::arch::x86_64::*;
+    let mut best_d2 = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    let vs = _mm256_set1_ps(scale);
+    let base = points.as_ptr() as *const f32;
+    let chunks = nb.chunks_exact(8);
+    let rest = chunks.remainder();
+    let mut d = [0f32; 8];
+    for c in chunks {
+        let idx = _mm256_setr_epi32(
+            c[0] as i32 * 8,
+            c[1] as i32 * 8,
+            c[2] as i32 * 8,
+            c[3] as i32 * 8,
+            c[4] as i32 * 8,
+            c[5] as i32 * 8,
+            c[6] as i32 * 8,
+            c[7] as i32 * 8,
+        );
+        let mut d2 = _mm256_setzero_ps();
+        for i in 0..8 {
+            // SAFETY: lane k reads points[c[k]][i], inside `points` by the
+            // caller's guarantee on the indices.
+            let q = unsafe { _mm256_i32gather_ps::<4>(base.add(i), idx) };
+            let diff = _mm256_sub_ps(_mm256_mul_ps(vs, q), _mm256_set1_ps(xval[i]));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(weight[i]), diff), diff);
+            d2 = _mm256_add_ps(d2, t);
+        }
+        // SAFETY: `d` holds 8 f32.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), d2) };
+        for k in 0..8 {
+            if d[k] < best_d2 {
+                best_d2 = d[k];
+                grid_index = c[k] as usize;
+            }
+        }
+    }
+    for &j in rest {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let diff = scale * pg[i] - xval[i];
+            d2 += weight[i] * diff * diff;
+        }
+        if d2 < best_d2 {
+            best_d2 = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
 }
 
 /// The sign handling shared by IQ2_XXS and IQ2_XS: `|x|` per group of 8,
@@ -1084,6 +1187,51 @@ fn half_xx_static<'a>(k: usize, shift: i32, x_p: &'a [f32; 3], x_m: &'a [f32; 3]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX2 neighbour search against the scalar reference on random
+    /// neighbour lists, values, weights and scales (ties included: zero
+    /// weights, repeated indices), for every 8-coordinate grid.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn nearest_avx2_equals_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: nothing to compare");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for kind in [
+            GridKind::Iq2Xxs,
+            GridKind::Iq2Xs,
+            GridKind::Iq2S,
+            GridKind::Iq1,
+        ] {
+            let g = grid(kind);
+            let n = g.points.len();
+            for case in 0..4000 {
+                let len = rng.gen_range(1..=300);
+                let nb: Vec<u16> = (0..len).map(|_| rng.gen_range(0..n) as u16).collect();
+                let mut xval = [0f32; 8];
+                let mut weight = [0f32; 8];
+                for i in 0..8 {
+                    xval[i] = rng.gen_range(0.0f32..4.0);
+                    weight[i] = match case % 4 {
+                        0 => 0.0,
+                        1 => 1.0,
+                        _ => rng.gen_range(0.0f32..3.0),
+                    };
+                }
+                let scale = match case % 3 {
+                    0 => 1.0,
+                    _ => rng.gen_range(1e-3f32..2.0),
+                };
+                let want = nearest_scalar(&g.points, &nb, &xval, &weight, scale);
+                // SAFETY: AVX2 checked above; indices are below n.
+                let got = unsafe { nearest_avx2(&g.points_f32, &nb, &xval, &weight, scale) };
+                assert_eq!(got, want, "case {case}: {len} neighbours");
+            }
+        }
+    }
 
     /// The grids rebuilt from the decoding tables against the first entries
     /// of ggml's `kgrid_2bit_256` and `kgrid_1bit_2048` (2 bits per coordinate).
