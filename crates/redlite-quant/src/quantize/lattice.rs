@@ -1005,9 +1005,6 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 continue;
             }
             let idx = sorted_idx(xb);
-            let mut best_score = -f32::MAX;
-            let mut scale = max;
-            let (mut besti1, mut besti2, mut best_k) = (-1i32, -1i32, -1i32);
             let mut px = [[0f32; BS + 1]; 2];
             let mut pw = [[0f32; BS + 1]; 2];
             for j in 0..BS {
@@ -1018,50 +1015,21 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 pw[h][j + 1] = pw[h][j] + weight[i];
                 pw[1 - h][j + 1] = pw[1 - h][j];
             }
-            let txs = [px[0][BS], px[1][BS]];
-            let tws = [pw[0][BS], pw[1][BS]];
-            let p2 = x_p[2];
-            let m2 = x_m[2];
-            let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
-            let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
-            let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
-            let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
-            for i1 in 0..=BS {
-                for i2 in i1..=BS {
-                    let mut qx_p = [0f32; 2];
-                    let mut qx_m = [0f32; 2];
-                    let mut q2_p = [0f32; 2];
-                    let mut q2_m = [0f32; 2];
-                    for h in 0..2 {
-                        let sx = px[h][i1] + px[h][i2];
-                        qx_p[h] = txs[h] * p2 - sx;
-                        qx_m[h] = txs[h] * m2 - sx;
-                        q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
-                        q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
-                    }
-                    let sumqx = [
-                        qx_p[0] + qx_p[1],
-                        qx_p[0] + qx_m[1],
-                        qx_m[0] + qx_p[1],
-                        qx_m[0] + qx_m[1],
-                    ];
-                    let sumq2 = [
-                        q2_p[0] + q2_p[1],
-                        q2_p[0] + q2_m[1],
-                        q2_m[0] + q2_p[1],
-                        q2_m[0] + q2_m[1],
-                    ];
-                    for k in 0..4 {
-                        if sumq2[k] > 0.0 && sumqx[k] * sumqx[k] > best_score * sumq2[k] {
-                            scale = sumqx[k] / sumq2[k];
-                            best_score = scale * sumqx[k];
-                            besti1 = i1 as i32;
-                            besti2 = i2 as i32;
-                            best_k = k as i32;
-                        }
-                    }
-                }
-            }
+            let mut st = Iq1mBest {
+                best_score: -f32::MAX,
+                scale: max,
+                besti1: -1,
+                besti2: -1,
+                best_k: -1,
+            };
+            iq1m_search(&px, &pw, &x_p, &x_m, &mut st);
+            let Iq1mBest {
+                mut scale,
+                besti1,
+                besti2,
+                mut best_k,
+                ..
+            } = st;
             if besti1 < 0 || besti2 < 0 || best_k < 0 {
                 scales[ib] = 0.0;
                 shifts[ib] = 0;
@@ -1170,6 +1138,214 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
     }
 }
 
+const IQ1M_BS: usize = 16;
+
+/// The running best of the IQ1_M split search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Iq1mBest {
+    best_score: f32,
+    scale: f32,
+    besti1: i32,
+    besti2: i32,
+    best_k: i32,
+}
+
+impl Iq1mBest {
+    /// One candidate, as ggml's loop weighs it.
+    #[inline(always)]
+    fn consider(&mut self, sumqx: f32, sumq2: f32, i1: usize, i2: usize, k: usize) {
+        if sumq2 > 0.0 && sumqx * sumqx > self.best_score * sumq2 {
+            self.scale = sumqx / sumq2;
+            self.best_score = self.scale * sumqx;
+            self.besti1 = i1 as i32;
+            self.besti2 = i2 as i32;
+            self.best_k = k as i32;
+        }
+    }
+}
+
+/// The IQ1_M search over the two split points `i1 ≤ i2` of the sorted
+/// values and the four shift pairs (the hot loop of
+/// `quantize_row_iq1_m_impl`): the AVX2 twin where the CPU has it, else the
+/// scalar reference.
+fn iq1m_search(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa() >= crate::Isa::Avx2 {
+        // SAFETY: AVX2 is present (`isa()` detected it at run time).
+        unsafe { iq1m_search_avx2(px, pw, x_p, x_m, st) };
+        return;
+    }
+    iq1m_search_scalar(px, pw, x_p, x_m, st)
+}
+
+/// The scalar reference of [`iq1m_search`], ggml's loop as written.
+fn iq1m_search_scalar(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    const BS: usize = IQ1M_BS;
+    let txs = [px[0][BS], px[1][BS]];
+    let tws = [pw[0][BS], pw[1][BS]];
+    let p2 = x_p[2];
+    let m2 = x_m[2];
+    let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
+    let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
+    let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
+    let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
+    for i1 in 0..=BS {
+        for i2 in i1..=BS {
+            let mut qx_p = [0f32; 2];
+            let mut qx_m = [0f32; 2];
+            let mut q2_p = [0f32; 2];
+            let mut q2_m = [0f32; 2];
+            for h in 0..2 {
+                let sx = px[h][i1] + px[h][i2];
+                qx_p[h] = txs[h] * p2 - sx;
+                qx_m[h] = txs[h] * m2 - sx;
+                q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
+                q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
+            }
+            let sumqx = [
+                qx_p[0] + qx_p[1],
+                qx_p[0] + qx_m[1],
+                qx_m[0] + qx_p[1],
+                qx_m[0] + qx_m[1],
+            ];
+            let sumq2 = [
+                q2_p[0] + q2_p[1],
+                q2_p[0] + q2_m[1],
+                q2_m[0] + q2_p[1],
+                q2_m[0] + q2_m[1],
+            ];
+            for k in 0..4 {
+                st.consider(sumqx[k], sumq2[k], i1, i2, k);
+            }
+        }
+    }
+}
+
+/// The AVX2 twin of [`iq1m_search_scalar`]: for each `i1`, eight `i2` at a
+/// time, every lane's sums computed with the scalar's operations in its
+/// order (separate multiplies and adds). A group of eight whose every
+/// candidate fails the test against the current best cannot change it (the
+/// best only changes on a success), so it is skipped; otherwise its
+/// candidates are weighed one by one in the scalar's order, with the
+/// scalar's arithmetic on the same values. Same answer, bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn iq1m_search_avx2(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    use std::arch::x86_64::*;
+    const BS: usize = IQ1M_BS;
+    const PAD: usize = BS + 1 + 8;
+    let txs = [px[0][BS], px[1][BS]];
+    let tws = [pw[0][BS], pw[1][BS]];
+    let p2 = x_p[2];
+    let m2 = x_m[2];
+    let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
+    let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
+    let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
+    let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
+    let mut pxp = [[0f32; PAD]; 2];
+    let mut pwp = [[0f32; PAD]; 2];
+    for h in 0..2 {
+        pxp[h][..BS + 1].copy_from_slice(&px[h]);
+        pwp[h][..BS + 1].copy_from_slice(&pw[h]);
+    }
+    let zero = _mm256_setzero_ps();
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut sqx = [[0f32; 8]; 4];
+    let mut sq2 = [[0f32; 8]; 4];
+    for i1 in 0..=BS {
+        // The per-i1 parts, as the scalar computes them.
+        let tp: [f32; 2] = std::array::from_fn(|h| txs[h] * p2);
+        let tm: [f32; 2] = std::array::from_fn(|h| txs[h] * m2);
+        let cp: [f32; 2] = std::array::from_fn(|h| tws[h] * p2 * p2 + pw[h][i1] * cp1);
+        let cm: [f32; 2] = std::array::from_fn(|h| tws[h] * m2 * m2 + pw[h][i1] * cm1);
+        let mut i2 = i1;
+        while i2 <= BS {
+            let nvalid = (BS + 1 - i2).min(8);
+            let mut qxp = [zero; 2];
+            let mut qxm = [zero; 2];
+            let mut q2p = [zero; 2];
+            let mut q2m = [zero; 2];
+            for h in 0..2 {
+                // SAFETY: i2 + 8 <= BS + 8 < PAD.
+                let vx = unsafe { _mm256_loadu_ps(pxp[h].as_ptr().add(i2)) };
+                // SAFETY: as above.
+                let vw = unsafe { _mm256_loadu_ps(pwp[h].as_ptr().add(i2)) };
+                let sx = _mm256_add_ps(_mm256_set1_ps(px[h][i1]), vx);
+                qxp[h] = _mm256_sub_ps(_mm256_set1_ps(tp[h]), sx);
+                qxm[h] = _mm256_sub_ps(_mm256_set1_ps(tm[h]), sx);
+                q2p[h] = _mm256_add_ps(
+                    _mm256_set1_ps(cp[h]),
+                    _mm256_mul_ps(vw, _mm256_set1_ps(cp2)),
+                );
+                q2m[h] = _mm256_add_ps(
+                    _mm256_set1_ps(cm[h]),
+                    _mm256_mul_ps(vw, _mm256_set1_ps(cm2)),
+                );
+            }
+            let vqx = [
+                _mm256_add_ps(qxp[0], qxp[1]),
+                _mm256_add_ps(qxp[0], qxm[1]),
+                _mm256_add_ps(qxm[0], qxp[1]),
+                _mm256_add_ps(qxm[0], qxm[1]),
+            ];
+            let vq2 = [
+                _mm256_add_ps(q2p[0], q2p[1]),
+                _mm256_add_ps(q2p[0], q2m[1]),
+                _mm256_add_ps(q2m[0], q2p[1]),
+                _mm256_add_ps(q2m[0], q2m[1]),
+            ];
+            let best = _mm256_set1_ps(st.best_score);
+            let valid =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid as i32), lane));
+            let mut any = _mm256_setzero_ps();
+            for k in 0..4 {
+                let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(vq2[k], zero);
+                let gain = _mm256_cmp_ps::<_CMP_GT_OQ>(
+                    _mm256_mul_ps(vqx[k], vqx[k]),
+                    _mm256_mul_ps(best, vq2[k]),
+                );
+                any = _mm256_or_ps(any, _mm256_and_ps(pos, gain));
+            }
+            if _mm256_movemask_ps(_mm256_and_ps(any, valid)) != 0 {
+                for k in 0..4 {
+                    // SAFETY: each row of sqx/sq2 holds 8 f32.
+                    unsafe {
+                        _mm256_storeu_ps(sqx[k].as_mut_ptr(), vqx[k]);
+                        _mm256_storeu_ps(sq2[k].as_mut_ptr(), vq2[k]);
+                    }
+                }
+                for j in 0..nvalid {
+                    for k in 0..4 {
+                        st.consider(sqx[k][j], sq2[k][j], i1, i2 + j, k);
+                    }
+                }
+            }
+            i2 += 8;
+        }
+    }
+}
+
 fn half_xx_static<'a>(k: usize, shift: i32, x_p: &'a [f32; 3], x_m: &'a [f32; 3]) -> &'a [f32; 3] {
     if k == 0 {
         if shift < 2 {
@@ -1191,6 +1367,73 @@ mod tests {
     /// The AVX2 neighbour search against the scalar reference on random
     /// neighbour lists, values, weights and scales (ties included: zero
     /// weights, repeated indices), for every 8-coordinate grid.
+    /// The AVX2 IQ1_M split search against the scalar reference on random
+    /// sorted blocks and weights (zero weights and repeated values included).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn iq1m_search_avx2_equals_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: nothing to compare");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let delta = IQ1S_DELTA;
+        let x_p = [-1.0 + delta, delta, 1.0 + delta];
+        let x_m = [-1.0 - delta, -delta, 1.0 - delta];
+        const BS: usize = IQ1M_BS;
+        for case in 0..20000 {
+            let mut xb = [0f32; BS];
+            let mut weight = [0f32; BS];
+            for i in 0..BS {
+                xb[i] = match case % 5 {
+                    0 => (rng.gen_range(-3i32..=3) as f32) * 0.25,
+                    _ => rng.gen_range(-2.0f32..2.0),
+                };
+                weight[i] = match case % 7 {
+                    0 => 0.0,
+                    1 => 1.0,
+                    _ => rng.gen_range(0.0f32..2.0),
+                };
+            }
+            if case % 11 == 0 {
+                weight[rng.gen_range(0..BS)] = 0.0;
+            }
+            let idx = sorted_idx(&xb);
+            let mut px = [[0f32; BS + 1]; 2];
+            let mut pw = [[0f32; BS + 1]; 2];
+            for j in 0..BS {
+                let i = idx[j];
+                let h = if i < BS / 2 { 0 } else { 1 };
+                px[h][j + 1] = px[h][j] + weight[i] * xb[i];
+                px[1 - h][j + 1] = px[1 - h][j];
+                pw[h][j + 1] = pw[h][j] + weight[i];
+                pw[1 - h][j + 1] = pw[1 - h][j];
+            }
+            let start = Iq1mBest {
+                best_score: -f32::MAX,
+                scale: 1.5,
+                besti1: -1,
+                besti2: -1,
+                best_k: -1,
+            };
+            let mut want = start;
+            iq1m_search_scalar(&px, &pw, &x_p, &x_m, &mut want);
+            let mut got = start;
+            // SAFETY: AVX2 checked above.
+            unsafe { iq1m_search_avx2(&px, &pw, &x_p, &x_m, &mut got) };
+            assert_eq!(got.besti1, want.besti1, "case {case}");
+            assert_eq!(got.besti2, want.besti2, "case {case}");
+            assert_eq!(got.best_k, want.best_k, "case {case}");
+            assert_eq!(got.scale.to_bits(), want.scale.to_bits(), "case {case}");
+            assert_eq!(
+                got.best_score.to_bits(),
+                want.best_score.to_bits(),
+                "case {case}"
+            );
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn nearest_avx2_equals_scalar() {
