@@ -30,6 +30,8 @@ pub(super) struct Grid {
     pub points: Vec<[i8; 8]>,
     /// The same points as f32 (what the SIMD neighbour search gathers).
     pub points_f32: Vec<[f32; 8]>,
+    /// The same points as levels `l` (what the SIMD IQ1 search gathers).
+    pub levels: Vec<[i32; 8]>,
     /// Index of the 8 two-bit levels → grid index, or `-(offset + 1)` into
     /// `neighbours` for points off the grid.
     pub map: Vec<i32>,
@@ -119,9 +121,14 @@ fn build(kind: GridKind) -> Grid {
         .iter()
         .map(|p| std::array::from_fn(|i| p[i] as f32))
         .collect();
+    let levels = points
+        .iter()
+        .map(|p| std::array::from_fn(|i| ((p[i] - 1) / 2) as i32))
+        .collect();
     Grid {
         points,
         points_f32,
+        levels,
         map,
         neighbours,
     }
@@ -201,27 +208,31 @@ impl Grid {
         xg: &[f32; 3],
         l: &mut [i8],
     ) -> usize {
-        let mut best = f32::MAX;
-        let mut grid_index = nb[0] as usize;
-        for &j in nb {
-            let pg = &self.points[j as usize];
-            let mut d2 = 0.0f32;
-            for i in 0..8 {
-                let q = xg[((pg[i] - 1) / 2) as usize];
-                let w = weight[i];
-                let diff = scale * q - xval[i];
-                d2 += w * diff * diff;
-            }
-            if d2 < best {
-                best = d2;
-                grid_index = j as usize;
-            }
-        }
+        let grid_index = self.nearest_iq1(nb, xval, weight, scale, xg);
         let pg = &self.points[grid_index];
         for i in 0..8 {
             l[i] = (pg[i] - 1) / 2;
         }
         grid_index
+    }
+
+    /// The first of `nb` at the smallest `Σ w·(scale·xg[level] − x)²`: the
+    /// AVX2 twin where the CPU has it, else the scalar reference.
+    fn nearest_iq1(
+        &self,
+        nb: &[u16],
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        xg: &[f32; 3],
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if nb.len() >= 8 && crate::isa() >= crate::Isa::Avx2 {
+            // SAFETY: AVX2 is present (`isa()` detected it at run time); every
+            // neighbour index is a grid index (built with the grid).
+            return unsafe { nearest_iq1_avx2(&self.levels, nb, xval, weight, scale, xg) };
+        }
+        nearest_iq1_scalar(&self.points, nb, xval, weight, scale, xg)
     }
 
     fn index_of(&self, l: &[i8]) -> i32 {
@@ -323,6 +334,106 @@ unsafe fn nearest_avx2(
         }
         if d2 < best_d2 {
             best_d2 = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The scalar reference of [`Grid::nearest_iq1`] (`iq1_find_best_neighbour2`'s loop).
+fn nearest_iq1_scalar(
+    points: &[[i8; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+    xg: &[f32; 3],
+) -> usize {
+    let mut best = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    for &j in nb {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = xg[((pg[i] - 1) / 2) as usize];
+            let w = weight[i];
+            let diff = scale * q - xval[i];
+            d2 += w * diff * diff;
+        }
+        if d2 < best {
+            best = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The AVX2 twin of [`nearest_iq1_scalar`]: as [`nearest_avx2`], with each
+/// lane's value `xg[level]` picked by a permute from the gathered levels.
+///
+/// # Safety
+/// The CPU must have AVX2, and every index in `nb` must be below
+/// `levels.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_iq1_avx2(
+    levels: &[[i32; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+    xg: &[f32; 3],
+) -> usize {
+    use std::arch::x86_64::*;
+    let mut best = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    let vs = _mm256_set1_ps(scale);
+    let vxg = _mm256_setr_ps(xg[0], xg[1], xg[2], 0.0, 0.0, 0.0, 0.0, 0.0);
+    let base = levels.as_ptr() as *const i32;
+    let chunks = nb.chunks_exact(8);
+    let rest = chunks.remainder();
+    let mut d = [0f32; 8];
+    for c in chunks {
+        let idx = _mm256_setr_epi32(
+            c[0] as i32 * 8,
+            c[1] as i32 * 8,
+            c[2] as i32 * 8,
+            c[3] as i32 * 8,
+            c[4] as i32 * 8,
+            c[5] as i32 * 8,
+            c[6] as i32 * 8,
+            c[7] as i32 * 8,
+        );
+        let mut d2 = _mm256_setzero_ps();
+        for i in 0..8 {
+            // SAFETY: lane k reads levels[c[k]][i], inside `levels` by the
+            // caller's guarantee on the indices.
+            let lv = unsafe { _mm256_i32gather_epi32::<4>(base.add(i), idx) };
+            let q = _mm256_permutevar8x32_ps(vxg, lv);
+            let diff = _mm256_sub_ps(_mm256_mul_ps(vs, q), _mm256_set1_ps(xval[i]));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(weight[i]), diff), diff);
+            d2 = _mm256_add_ps(d2, t);
+        }
+        // SAFETY: `d` holds 8 f32.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), d2) };
+        for k in 0..8 {
+            if d[k] < best {
+                best = d[k];
+                grid_index = c[k] as usize;
+            }
+        }
+    }
+    for &j in rest {
+        let lv = &levels[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = xg[lv[i] as usize];
+            let w = weight[i];
+            let diff = scale * q - xval[i];
+            d2 += w * diff * diff;
+        }
+        if d2 < best {
+            best = d2;
             grid_index = j as usize;
         }
     }
@@ -1472,6 +1583,19 @@ mod tests {
                 // SAFETY: AVX2 checked above; indices are below n.
                 let got = unsafe { nearest_avx2(&g.points_f32, &nb, &xval, &weight, scale) };
                 assert_eq!(got, want, "case {case}: {len} neighbours");
+                if kind != GridKind::Iq1 {
+                    continue;
+                }
+                let d = IQ1S_DELTA;
+                let xg = if case % 2 == 0 {
+                    [-1.0 + d, d, 1.0 + d]
+                } else {
+                    [-1.0 - d, -d, 1.0 - d]
+                };
+                let want = nearest_iq1_scalar(&g.points, &nb, &xval, &weight, scale, &xg);
+                // SAFETY: AVX2 checked above; indices are below n.
+                let got = unsafe { nearest_iq1_avx2(&g.levels, &nb, &xval, &weight, scale, &xg) };
+                assert_eq!(got, want, "iq1 case {case}: {len} neighbours");
             }
         }
     }
