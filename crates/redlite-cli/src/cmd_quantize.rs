@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use redlite_gguf::GgmlType;
-use redlite_quantize::driver::Progress;
+use redlite_quantize::driver::{parse_split_size, Progress, Split};
 use redlite_quantize::ftype::{parse_ggml_type, QUANT_OPTIONS};
 use redlite_quantize::{
     named_mix, quantize_file, FileType, Imatrix, QuantizeOptions, TensorTypeOverride, NAMED_MIXES,
@@ -21,10 +21,11 @@ use redlite_quantize::{
     Q2_0, BF16, F16, F32; any case, or its number) or a Red Lite mix:\n  \
     cf2   Q4_K_M with the routed experts' gate/up in IQ1_M and down in IQ2_XS (needs --imatrix)\n\n\
     The output equals llama-quantize's for the same input, importance matrix and options,\n\
-    tensor for tensor. IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS, IQ3_S and IQ3_M are not implemented yet.\n\n\
+    tensor for tensor.\n\n\
     Examples:\n  redlite quantize model-bf16.gguf model-Q4_K_M.gguf Q4_K_M\n  \
     redlite quantize --imatrix imatrix.gguf model-bf16.gguf model-cf2.gguf cf2\n  \
-    redlite quantize --dry-run model-bf16.gguf IQ2_XS"
+    redlite quantize --dry-run model-bf16.gguf IQ2_XS\n  \
+    redlite quantize --split-max-size 40G model-bf16.gguf model-Q4_K_M.gguf Q4_K_M"
 )]
 pub struct Args {
     /// Input GGUF (bf16, f16 or f32 weights; the first shard of a split model).
@@ -64,6 +65,14 @@ pub struct Args {
     /// Overwrite OUTPUT if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Write shards of at most N megabytes (M, 10^6 bytes) or gigabytes (G, 10^9) of tensor
+    /// data, as `gguf-split --split-max-size` does: OUTPUT-00001-of-0000N.gguf, ...
+    #[arg(long, value_name = "N(M|G)", conflicts_with = "keep_split")]
+    pub split_max_size: Option<String>,
+    /// Write the output in as many shards as the input, each tensor in its input shard's number
+    /// (llama-quantize's --keep-split).
+    #[arg(long)]
+    pub keep_split: bool,
 }
 
 fn ggml_type(s: &str, what: &str) -> Result<GgmlType> {
@@ -119,6 +128,13 @@ pub fn run(args: Args) -> Result<()> {
     opts.allow_requantize = args.allow_requantize;
     opts.threads = args.threads.unwrap_or(0);
     opts.dry_run = args.dry_run;
+    if let Some(s) = &args.split_max_size {
+        opts.split = Split::MaxBytes(
+            parse_split_size(s).map_err(|e| anyhow::anyhow!("--split-max-size: {e}"))?,
+        );
+    } else if args.keep_split {
+        opts.split = Split::KeepInput;
+    }
     if let Some(p) = &args.imatrix {
         let im = Imatrix::load(p)
             .with_context(|| format!("failed to load imatrix from '{}'", p.display()))?;
@@ -229,6 +245,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     if report.will_require_imatrix {
         println!("WARNING: dry run completed successfully, but actually completing this quantization will require an imatrix!");
+    }
+    if report.files.len() > 1 || opts.split != Split::None {
+        for f in &report.files {
+            println!("wrote {}", f.display());
+        }
     }
     if !args.dry_run {
         println!("quantize time = {:.2} s", started.elapsed().as_secs_f64());

@@ -1,6 +1,7 @@
 //! `redlite quantize` end to end: whole output files byte-identical to
 //! llama-quantize's (the fixtures' full outputs), the refusal of a type that
-//! needs an importance matrix with llama-quantize's message, and `--dry-run`.
+//! needs an importance matrix with llama-quantize's message, `--dry-run`,
+//! and split output.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -89,6 +90,61 @@ fn refuses_low_bit_types_without_an_importance_matrix() {
     );
     assert!(se.contains("blk.0.attn_gate.weight"), "{se}");
     assert!(!out.exists());
+}
+
+#[test]
+fn iq2_s_and_iq3_types_equal_llama_quantize_files() {
+    let dir = tempfile::tempdir().unwrap();
+    for (ty, want) in [
+        ("IQ2_S", "tiny-s-IQ2_S-imat.gguf"),
+        ("IQ3_XXS", "tiny-s-IQ3_XXS-imat.gguf"),
+        ("IQ3_S", "tiny-s-IQ3_S-imat.gguf"),
+    ] {
+        let out = dir.path().join(want);
+        ok(&redlite_in_fixtures(&[
+            "quantize",
+            "--imatrix",
+            "imatrix-tiny-s.gguf",
+            "../tiny-s-bf16.gguf",
+            out.to_str().unwrap(),
+            ty,
+        ]));
+        assert_same_file(&out, want);
+    }
+}
+
+#[test]
+fn split_max_size_writes_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q.gguf");
+    let (so, _) = ok(&redlite_in_fixtures(&[
+        "quantize",
+        "--split-max-size",
+        "3M",
+        "../tiny-s-bf16.gguf",
+        out.to_str().unwrap(),
+        "Q4_K_M",
+    ]));
+    // 3.28 MiB of Q4_K_M tensors in shards of at most 3,000,000 bytes: two.
+    let shards: Vec<PathBuf> = (1..=2)
+        .map(|i| dir.path().join(format!("q-{i:05}-of-00002.gguf")))
+        .collect();
+    for s in &shards {
+        assert!(s.exists(), "{} missing; {so}", s.display());
+        assert!(so.contains(&format!("wrote {}", s.display())), "{so}");
+    }
+    assert!(!out.exists());
+    let r = redlite_in_fixtures(&[
+        "quantize",
+        "--split-max-size",
+        "2K",
+        "../tiny-s-bf16.gguf",
+        out.to_str().unwrap(),
+        "Q4_K_M",
+    ]);
+    assert!(!r.status.success());
+    let se = String::from_utf8_lossy(&r.stderr);
+    assert!(se.contains("supported units are M"), "{se}");
 }
 
 #[test]

@@ -14,6 +14,15 @@
 //! end, `split.*` removed, then `quantize.imatrix.file`,
 //! `quantize.imatrix.dataset`, `quantize.imatrix.entries_count` and
 //! `quantize.imatrix.chunks_count` when an importance matrix is used.
+//!
+//! Split output ([`Split`]) follows llama.cpp: with a maximum shard size,
+//! tensors go to shards as `gguf-split --split-max-size` assigns them (a new
+//! shard when the next tensor's 32-byte-padded size would pass the maximum);
+//! with `KeepInput`, each tensor stays in its input shard's number as
+//! `llama-quantize --keep-split` does. The first shard holds all the metadata,
+//! every shard gets `split.no`, `split.count` and `split.tensors.count`, and
+//! the shards are named `PREFIX-00001-of-0000N.gguf` (PREFIX: the output path
+//! without `.gguf`).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -42,6 +51,95 @@ pub struct QuantizeOptions {
     pub dry_run: bool,
     /// Largest slab of a tensor held in memory at once (input + f32 + output bytes).
     pub max_slab_bytes: usize,
+    /// Write one file or shards.
+    pub split: Split,
+}
+
+/// How the output is split into shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Split {
+    /// One file.
+    #[default]
+    None,
+    /// Shards of at most this many bytes of tensor data (`--split-max-size`).
+    MaxBytes(u64),
+    /// The input's shards (`--keep-split`); one file for an unsplit input.
+    KeepInput,
+}
+
+/// gguf-split's size argument: `N` followed by `M` (10^6 bytes) or `G` (10^9).
+pub fn parse_split_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.chars().last() {
+        Some('M') => (&s[..s.len() - 1], 1_000_000u64),
+        Some('G') => (&s[..s.len() - 1], 1_000_000_000u64),
+        _ => {
+            return Err(format!(
+                "split size '{s}': supported units are M (megabytes) or G (gigabytes)"
+            ))
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("split size '{s}': '{num}' is not a whole number"))?;
+    if n == 0 {
+        return Err(format!("split size '{s}': size must be a positive value"));
+    }
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("split size '{s}' is too large"))
+}
+
+/// llama.cpp's `llama_split_path`: `PREFIX-NNNNN-of-MMMMM.gguf`, PREFIX being
+/// `output` without its `.gguf` extension.
+pub fn split_path(output: &Path, no: usize, count: usize) -> PathBuf {
+    let s = output.to_string_lossy();
+    let prefix = s.strip_suffix(".gguf").unwrap_or(&s);
+    PathBuf::from(format!("{prefix}-{:05}-of-{count:05}.gguf", no + 1))
+}
+
+/// The shard of each tensor (in plan order) and the number of shards, or
+/// `None` for a single unsplit file.
+pub fn assign_shards(
+    tensors: &[PlannedTensor],
+    input_shard: &[usize],
+    split: Split,
+) -> Result<Option<(Vec<usize>, usize)>, QuantizeError> {
+    match split {
+        Split::None => Ok(None),
+        Split::KeepInput => {
+            let n = input_shard.iter().map(|&s| s + 1).max().unwrap_or(1);
+            if n <= 1 {
+                return Ok(None);
+            }
+            Ok(Some((input_shard.to_vec(), n)))
+        }
+        Split::MaxBytes(max) => {
+            let mut out = Vec::with_capacity(tensors.len());
+            let mut shard = 0usize;
+            let mut in_shard = 0usize;
+            let mut cur = 0u64;
+            for t in tensors {
+                let n = t.out_bytes().div_ceil(32) * 32;
+                if cur + n > max {
+                    if in_shard == 0 {
+                        return Err(QuantizeError::Other(format!(
+                            "--split-max-size {max}: one of the splits would have no tensors \
+                             (tensor {} alone is {} bytes)",
+                            t.name,
+                            t.out_bytes()
+                        )));
+                    }
+                    shard += 1;
+                    in_shard = 0;
+                    cur = n;
+                } else {
+                    cur += n;
+                }
+                in_shard += 1;
+                out.push(shard);
+            }
+            Ok(Some((out, shard + 1)))
+        }
+    }
 }
 
 impl QuantizeOptions {
@@ -53,6 +151,7 @@ impl QuantizeOptions {
             threads: 0,
             dry_run: false,
             max_slab_bytes: 256 << 20,
+            split: Split::None,
         }
     }
 }
@@ -78,6 +177,8 @@ pub struct Report {
     pub in_bytes: u64,
     pub out_bytes: u64,
     pub n_elements: u64,
+    /// The files written (one, or the shards in order; empty for a dry run).
+    pub files: Vec<PathBuf>,
     /// Tensors whose row length forced a fallback type.
     pub n_fallback: usize,
     /// A dry run that would need an importance matrix to complete.
@@ -211,6 +312,11 @@ pub fn quantize_file(
         }
     }
     let tensors = plan(&f, opts)?;
+    let input_shard: Vec<usize> = tensors
+        .iter()
+        .map(|t| f.tensor_info(&t.name).map(|i| i.shard).unwrap_or(0))
+        .collect();
+    let shard_of = assign_shards(&tensors, &input_shard, opts.split)?;
     let ftype = opts.mix.ftype;
     let mut will_require_imatrix = false;
     if opts.imatrix.is_none() {
@@ -236,6 +342,7 @@ pub fn quantize_file(
         in_bytes,
         out_bytes,
         n_elements,
+        files: Vec::new(),
         will_require_imatrix,
     };
     if opts.dry_run {
@@ -297,15 +404,35 @@ pub fn quantize_file(
         weights.push(w);
     }
 
-    let mut writer = GgufWriter::new();
+    let (shard_of, n_shards) = match shard_of {
+        Some((v, n)) => (v, n),
+        None => (vec![0; tensors.len()], 1),
+    };
+    // gguf-split names and marks its output as shards even when one suffices.
+    let split_out = n_shards > 1 || matches!(opts.split, Split::MaxBytes(_));
+    let out_paths: Vec<PathBuf> = if split_out {
+        (0..n_shards)
+            .map(|i| split_path(output, i, n_shards))
+            .collect()
+    } else {
+        vec![output.to_path_buf()]
+    };
+    let mut writers: Vec<GgufWriter> = (0..out_paths.len()).map(|_| GgufWriter::new()).collect();
     for (k, v) in output_metadata(&f, ftype, opts.imatrix.as_ref()) {
         if k == "general.alignment" {
             if let Some(a) = v.as_u64() {
-                writer.set_alignment(a)?;
+                writers[0].set_alignment(a)?;
                 continue;
             }
         }
-        writer.add_kv(k, v);
+        writers[0].add_kv(k, v);
+    }
+    if split_out {
+        for (i, w) in writers.iter_mut().enumerate() {
+            w.add_kv("split.no", MetaValue::U16(i as u16));
+            w.add_kv("split.count", MetaValue::U16(n_shards as u16));
+            w.add_kv("split.tensors.count", MetaValue::I32(tensors.len() as i32));
+        }
     }
     let shards = f
         .shard_paths()
@@ -345,7 +472,7 @@ pub fn quantize_file(
         let w = weights[i].clone();
         let slab = opts.max_slab_bytes;
         let events = Arc::clone(&progress_events);
-        writer.add_tensor_fill(
+        writers[shard_of[i]].add_tensor_fill(
             t.name.clone(),
             &t.dims,
             t.target,
@@ -375,9 +502,14 @@ pub fn quantize_file(
         )?;
     }
     // Progress is reported from this thread while the writer runs on another.
-    let out_path = output.to_path_buf();
+    let paths = out_paths.clone();
     let done = std::thread::scope(|s| {
-        let h = s.spawn(move || writer.write_to_path(&out_path));
+        let h = s.spawn(move || -> Result<(), redlite_gguf::GgufError> {
+            for (w, p) in writers.into_iter().zip(&paths) {
+                w.write_to_path(p)?;
+            }
+            Ok(())
+        });
         let mut seen = 0usize;
         loop {
             let finished = h.is_finished();
@@ -411,7 +543,9 @@ pub fn quantize_file(
         )),
     };
     if let Err(e) = result {
-        let _ = std::fs::remove_file(output);
+        for p in &out_paths {
+            let _ = std::fs::remove_file(p);
+        }
         if let Ok(mut slot) = failure.lock() {
             if let Some(err) = slot.take() {
                 return Err(err);
@@ -419,6 +553,8 @@ pub fn quantize_file(
         }
         return Err(e.into());
     }
+    let mut report = report;
+    report.files = out_paths;
     Ok(report)
 }
 

@@ -1,8 +1,9 @@
-//! Lattice quantizers IQ2_XXS, IQ2_XS, IQ1_S and IQ1_M: ports of ggml's
-//! `iq2xs_init_impl` (the grid, the map from 8 two-bit levels to a grid
-//! index, and each off-grid point's nearest grid points), the neighbour
+//! Lattice quantizers IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M: ports of
+//! ggml's `iq2xs_init_impl` (the grid, the map from 8 two-bit levels to a
+//! grid index, and each off-grid point's nearest grid points), the neighbour
 //! searches and `quantize_row_iq2_xxs_impl`, `quantize_row_iq2_xs_impl`,
-//! `quantize_row_iq1_s_impl`, `quantize_row_iq1_m_impl`.
+//! `quantize_row_iq2_s_impl`, `quantize_row_iq1_s_impl`,
+//! `quantize_row_iq1_m_impl`.
 //!
 //! The grids are rebuilt from the decoding tables in `iq_tables` (each grid
 //! byte names a level `l` in 0..3, the search works with `2l + 1`).
@@ -15,17 +16,22 @@
 use std::sync::OnceLock;
 
 use super::{f16_bytes, nearest_int, GROUP_MAX_EPS};
-use crate::iq_tables::{IQ1S_DELTA, IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
+use crate::iq_tables::{IQ1S_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 
 const QK_K: usize = 256;
 const KMAP_SIZE: usize = 43692;
 const GROUP_MAX_EPS_IQ1_M: f32 = 1e-7;
 const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
+const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 
 /// One grid with its search tables (`iq2_data[gindex]`).
 pub(super) struct Grid {
     /// Grid points as `2l + 1` per coordinate.
     pub points: Vec<[i8; 8]>,
+    /// The same points as f32 (what the SIMD neighbour search gathers).
+    pub points_f32: Vec<[f32; 8]>,
+    /// The same points as levels `l` (what the SIMD IQ1 search gathers).
+    pub levels: Vec<[i32; 8]>,
     /// Index of the 8 two-bit levels → grid index, or `-(offset + 1)` into
     /// `neighbours` for points off the grid.
     pub map: Vec<i32>,
@@ -37,6 +43,7 @@ pub(super) struct Grid {
 pub(super) enum GridKind {
     Iq2Xxs,
     Iq2Xs,
+    Iq2S,
     Iq1,
 }
 
@@ -44,6 +51,7 @@ fn build(kind: GridKind) -> Grid {
     let levels: Vec<[u8; 8]> = match kind {
         GridKind::Iq2Xxs => IQ2XXS_GRID.iter().map(|&g| levels_2bit(g)).collect(),
         GridKind::Iq2Xs => IQ2XS_GRID.iter().map(|&g| levels_2bit(g)).collect(),
+        GridKind::Iq2S => IQ2S_GRID.iter().map(|&g| levels_2bit(g)).collect(),
         GridKind::Iq1 => IQ1S_GRID
             .iter()
             .map(|&g| std::array::from_fn(|i| ((g >> (8 * i)) as u8 as i8 + 1) as u8))
@@ -51,6 +59,7 @@ fn build(kind: GridKind) -> Grid {
     };
     let nwant = match kind {
         GridKind::Iq1 => 3,
+        GridKind::Iq2S => 1,
         _ => 2,
     };
     let points: Vec<[i8; 8]> = levels
@@ -108,8 +117,18 @@ fn build(kind: GridKind) -> Grid {
         }
         neighbours[start] = n;
     }
+    let points_f32 = points
+        .iter()
+        .map(|p| std::array::from_fn(|i| p[i] as f32))
+        .collect();
+    let levels = points
+        .iter()
+        .map(|p| std::array::from_fn(|i| ((p[i] - 1) / 2) as i32))
+        .collect();
     Grid {
         points,
+        points_f32,
+        levels,
         map,
         neighbours,
     }
@@ -135,6 +154,7 @@ pub(super) fn grid(kind: GridKind) -> &'static Grid {
         GridKind::Iq2Xxs => 0,
         GridKind::Iq2Xs => 1,
         GridKind::Iq1 => 2,
+        GridKind::Iq2S => 3,
     };
     G[i].get_or_init(|| build(kind))
 }
@@ -155,26 +175,26 @@ impl Grid {
         scale: f32,
         l: &mut [i8],
     ) -> usize {
-        let mut best_d2 = f32::MAX;
-        let mut grid_index = nb[0] as usize;
-        for &j in nb {
-            let pg = &self.points[j as usize];
-            let mut d2 = 0.0f32;
-            for i in 0..8 {
-                let q = pg[i] as f32;
-                let diff = scale * q - xval[i];
-                d2 += weight[i] * diff * diff;
-            }
-            if d2 < best_d2 {
-                best_d2 = d2;
-                grid_index = j as usize;
-            }
-        }
+        let grid_index = self.nearest(nb, xval, weight, scale);
         let pg = &self.points[grid_index];
         for i in 0..8 {
             l[i] = (pg[i] - 1) / 2;
         }
         grid_index
+    }
+
+    /// The first of `nb` at the smallest weighted distance
+    /// `Σ w·(scale·q − x)²`: the AVX2 twin where the CPU has it (eight
+    /// neighbours at a time, the same operations in the same order per
+    /// neighbour, so the same answer), else the scalar reference.
+    fn nearest(&self, nb: &[u16], xval: &[f32], weight: &[f32], scale: f32) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if nb.len() >= 8 && crate::isa() >= crate::Isa::Avx2 {
+            // SAFETY: AVX2 is present (`isa()` detected it at run time); every
+            // neighbour index is a grid index (built with the grid).
+            return unsafe { nearest_avx2(&self.points_f32, nb, xval, weight, scale) };
+        }
+        nearest_scalar(&self.points, nb, xval, weight, scale)
     }
 
     /// `iq1_find_best_neighbour2`.
@@ -188,27 +208,31 @@ impl Grid {
         xg: &[f32; 3],
         l: &mut [i8],
     ) -> usize {
-        let mut best = f32::MAX;
-        let mut grid_index = nb[0] as usize;
-        for &j in nb {
-            let pg = &self.points[j as usize];
-            let mut d2 = 0.0f32;
-            for i in 0..8 {
-                let q = xg[((pg[i] - 1) / 2) as usize];
-                let w = weight[i];
-                let diff = scale * q - xval[i];
-                d2 += w * diff * diff;
-            }
-            if d2 < best {
-                best = d2;
-                grid_index = j as usize;
-            }
-        }
+        let grid_index = self.nearest_iq1(nb, xval, weight, scale, xg);
         let pg = &self.points[grid_index];
         for i in 0..8 {
             l[i] = (pg[i] - 1) / 2;
         }
         grid_index
+    }
+
+    /// The first of `nb` at the smallest `Σ w·(scale·xg[level] − x)²`: the
+    /// AVX2 twin where the CPU has it, else the scalar reference.
+    fn nearest_iq1(
+        &self,
+        nb: &[u16],
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        xg: &[f32; 3],
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if nb.len() >= 8 && crate::isa() >= crate::Isa::Avx2 {
+            // SAFETY: AVX2 is present (`isa()` detected it at run time); every
+            // neighbour index is a grid index (built with the grid).
+            return unsafe { nearest_iq1_avx2(&self.levels, nb, xval, weight, scale, xg) };
+        }
+        nearest_iq1_scalar(&self.points, nb, xval, weight, scale, xg)
     }
 
     fn index_of(&self, l: &[i8]) -> i32 {
@@ -218,6 +242,202 @@ impl Grid {
         }
         self.map[u]
     }
+}
+
+/// The scalar reference of [`Grid::nearest`] (`iq2_find_best_neighbour`'s loop).
+fn nearest_scalar(
+    points: &[[i8; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+) -> usize {
+    let mut best_d2 = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    for &j in nb {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = pg[i] as f32;
+            let diff = scale * q - xval[i];
+            d2 += weight[i] * diff * diff;
+        }
+        if d2 < best_d2 {
+            best_d2 = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The AVX2 twin of [`nearest_scalar`]: eight neighbours per vector, one
+/// lane each, every lane's sum built in the scalar order with separate
+/// multiplies and adds (no fused multiply-add), then the lanes compared in
+/// order with the scalar's strict `<`; the remainder goes through the
+/// scalar loop.
+///
+/// # Safety
+/// The CPU must have AVX2, and every index in `nb` must be below
+/// `points.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_avx2(
+    points: &[[f32; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+) -> usize {
+    use std::arch::x86_64::*;
+    let mut best_d2 = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    let vs = _mm256_set1_ps(scale);
+    let base = points.as_ptr() as *const f32;
+    let chunks = nb.chunks_exact(8);
+    let rest = chunks.remainder();
+    let mut d = [0f32; 8];
+    for c in chunks {
+        let idx = _mm256_setr_epi32(
+            c[0] as i32 * 8,
+            c[1] as i32 * 8,
+            c[2] as i32 * 8,
+            c[3] as i32 * 8,
+            c[4] as i32 * 8,
+            c[5] as i32 * 8,
+            c[6] as i32 * 8,
+            c[7] as i32 * 8,
+        );
+        let mut d2 = _mm256_setzero_ps();
+        for i in 0..8 {
+            // SAFETY: lane k reads points[c[k]][i], inside `points` by the
+            // caller's guarantee on the indices.
+            let q = unsafe { _mm256_i32gather_ps::<4>(base.add(i), idx) };
+            let diff = _mm256_sub_ps(_mm256_mul_ps(vs, q), _mm256_set1_ps(xval[i]));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(weight[i]), diff), diff);
+            d2 = _mm256_add_ps(d2, t);
+        }
+        // SAFETY: `d` holds 8 f32.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), d2) };
+        for k in 0..8 {
+            if d[k] < best_d2 {
+                best_d2 = d[k];
+                grid_index = c[k] as usize;
+            }
+        }
+    }
+    for &j in rest {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let diff = scale * pg[i] - xval[i];
+            d2 += weight[i] * diff * diff;
+        }
+        if d2 < best_d2 {
+            best_d2 = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The scalar reference of [`Grid::nearest_iq1`] (`iq1_find_best_neighbour2`'s loop).
+fn nearest_iq1_scalar(
+    points: &[[i8; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+    xg: &[f32; 3],
+) -> usize {
+    let mut best = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    for &j in nb {
+        let pg = &points[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = xg[((pg[i] - 1) / 2) as usize];
+            let w = weight[i];
+            let diff = scale * q - xval[i];
+            d2 += w * diff * diff;
+        }
+        if d2 < best {
+            best = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
+}
+
+/// The AVX2 twin of [`nearest_iq1_scalar`]: as [`nearest_avx2`], with each
+/// lane's value `xg[level]` picked by a permute from the gathered levels.
+///
+/// # Safety
+/// The CPU must have AVX2, and every index in `nb` must be below
+/// `levels.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn nearest_iq1_avx2(
+    levels: &[[i32; 8]],
+    nb: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+    xg: &[f32; 3],
+) -> usize {
+    use std::arch::x86_64::*;
+    let mut best = f32::MAX;
+    let mut grid_index = nb[0] as usize;
+    let vs = _mm256_set1_ps(scale);
+    let vxg = _mm256_setr_ps(xg[0], xg[1], xg[2], 0.0, 0.0, 0.0, 0.0, 0.0);
+    let base = levels.as_ptr() as *const i32;
+    let chunks = nb.chunks_exact(8);
+    let rest = chunks.remainder();
+    let mut d = [0f32; 8];
+    for c in chunks {
+        let idx = _mm256_setr_epi32(
+            c[0] as i32 * 8,
+            c[1] as i32 * 8,
+            c[2] as i32 * 8,
+            c[3] as i32 * 8,
+            c[4] as i32 * 8,
+            c[5] as i32 * 8,
+            c[6] as i32 * 8,
+            c[7] as i32 * 8,
+        );
+        let mut d2 = _mm256_setzero_ps();
+        for i in 0..8 {
+            // SAFETY: lane k reads levels[c[k]][i], inside `levels` by the
+            // caller's guarantee on the indices.
+            let lv = unsafe { _mm256_i32gather_epi32::<4>(base.add(i), idx) };
+            let q = _mm256_permutevar8x32_ps(vxg, lv);
+            let diff = _mm256_sub_ps(_mm256_mul_ps(vs, q), _mm256_set1_ps(xval[i]));
+            let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(weight[i]), diff), diff);
+            d2 = _mm256_add_ps(d2, t);
+        }
+        // SAFETY: `d` holds 8 f32.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), d2) };
+        for k in 0..8 {
+            if d[k] < best {
+                best = d[k];
+                grid_index = c[k] as usize;
+            }
+        }
+    }
+    for &j in rest {
+        let lv = &levels[j as usize];
+        let mut d2 = 0.0f32;
+        for i in 0..8 {
+            let q = xg[lv[i] as usize];
+            let w = weight[i];
+            let diff = scale * q - xval[i];
+            d2 += w * diff * diff;
+        }
+        if d2 < best {
+            best = d2;
+            grid_index = j as usize;
+        }
+    }
+    grid_index
 }
 
 /// The sign handling shared by IQ2_XXS and IQ2_XS: `|x|` per group of 8,
@@ -537,6 +757,155 @@ pub(super) fn iq2_xs_row(x: &[f32], y: &mut [u8], qw_row: &[f32]) {
     }
 }
 
+/// `quantize_row_iq2_s_impl` for one row (`qw_row` may be absent: weights
+/// `σ²/4 + x²`). Block: d, 32 grid low bytes, 32 sign bytes, 8 bytes of
+/// grid high bits, 8 bytes of 4-bit scales.
+pub(super) fn iq2_s_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
+    let g = grid(GridKind::Iq2S);
+    let k_max_q = 3;
+    for (ibl, (xbl, yb)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(82)).enumerate() {
+        yb.fill(0);
+        let mut scales = [0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut sumx2 = 0.0f32;
+        for &v in xbl {
+            sumx2 += v * v;
+        }
+        let sigma2 = 2.0 * sumx2 / QK_K as f32;
+        for ib in 0..QK_K / 16 {
+            let xb = &xbl[16 * ib..16 * ib + 16];
+            let mut weight = [0f32; 16];
+            let mut waux = [0f32; 16];
+            let mut xval = [0f32; 16];
+            let mut laux = [0i8; 16];
+            let mut block_signs = [0u8; 2];
+            let mut is_on_grid = [true; 2];
+            let mut is_on_grid_aux = [true; 2];
+            match qw_row {
+                Some(qw) => {
+                    let qw = &qw[QK_K * ibl + 16 * ib..];
+                    for i in 0..16 {
+                        weight[i] = qw[i] * (sigma2 + xb[i] * xb[i]).sqrt();
+                    }
+                }
+                None => {
+                    for i in 0..16 {
+                        weight[i] = 0.25 * sigma2 + xb[i] * xb[i];
+                    }
+                }
+            }
+            for i in 0..16 {
+                waux[i] = weight[i].sqrt();
+            }
+            for k in 0..2 {
+                let mut s = 0u8;
+                for i in 0..8 {
+                    if xb[8 * k + i] >= 0.0 {
+                        xval[8 * k + i] = xb[8 * k + i];
+                    } else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        s |= 1 << i;
+                    }
+                }
+                block_signs[k] = s;
+            }
+            let mut max = xval[0];
+            for &v in &xval[1..] {
+                max = max.max(v);
+            }
+            let mut l = [0i8; 16];
+            if max < GROUP_MAX_EPS_IQ2_S {
+                scales[ib] = 0.0;
+                continue;
+            }
+            let mut best = 0.0f32;
+            let mut scale = max / (2 * k_max_q - 1) as f32;
+            for is in -9i32..=9 {
+                let id = ((2 * k_max_q - 1) as f32 + is as f32 * 0.1f32) / max;
+                let this_scale = 1.0 / id;
+                for k in 0..2 {
+                    levels_for(id, &xval[8 * k..], k_max_q, &mut laux[8 * k..8 * k + 8]);
+                    let gi = g.index_of(&laux[8 * k..8 * k + 8]);
+                    is_on_grid_aux[k] = true;
+                    if gi < 0 {
+                        is_on_grid_aux[k] = false;
+                        let nb = g.neighbours_at(gi);
+                        g.best_neighbour(
+                            nb,
+                            &xval[8 * k..],
+                            &waux[8 * k..],
+                            this_scale,
+                            &mut laux[8 * k..8 * k + 8],
+                        );
+                    }
+                }
+                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &laux);
+                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                    scale = sumqx / sumq2;
+                    best = scale * sumqx;
+                    l = laux;
+                    is_on_grid = is_on_grid_aux;
+                }
+            }
+            let n_not_ongrid = is_on_grid.iter().filter(|&&b| !b).count();
+            if n_not_ongrid > 0 && scale > 0.0 {
+                let id = 1.0 / scale;
+                for k in 0..2 {
+                    if is_on_grid[k] {
+                        continue;
+                    }
+                    levels_for(id, &xval[8 * k..], k_max_q, &mut l[8 * k..8 * k + 8]);
+                    let gi = g.index_of(&l[8 * k..8 * k + 8]);
+                    if gi < 0 {
+                        let nb = g.neighbours_at(gi);
+                        g.best_neighbour(
+                            nb,
+                            &xval[8 * k..],
+                            &waux[8 * k..],
+                            scale,
+                            &mut l[8 * k..8 * k + 8],
+                        );
+                    }
+                }
+                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &l);
+                if sumq2 > 0.0 {
+                    scale = sumqx / sumq2;
+                }
+            }
+            if scale < 0.0 {
+                scale = -scale;
+                for s in &mut block_signs {
+                    *s = !*s;
+                }
+            }
+            for k in 0..2 {
+                // Every level set here is on the grid (C aborts otherwise).
+                let gi = g.index_of(&l[8 * k..8 * k + 8]).max(0) as usize;
+                let i8 = 2 * ib + k;
+                yb[2 + i8] = (gi & 255) as u8;
+                yb[66 + i8 / 4] |= ((gi >> 8) << (2 * (i8 % 4))) as u8;
+                yb[2 + QK_K / 8 + i8] = block_signs[k];
+            }
+            scales[ib] = scale;
+            max_scale = max_scale.max(scale);
+        }
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 31.0;
+        yb[0..2].copy_from_slice(&f16_bytes(d * 0.9875f32));
+        let id = 1.0 / d;
+        for ib in 0..QK_K / 16 {
+            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+            if ib % 2 == 0 {
+                yb[74 + ib / 2] = l;
+            } else {
+                yb[74 + ib / 2] |= l << 4;
+            }
+        }
+    }
+}
+
 /// The values sorted ascending with their positions (glibc's stable `qsort`).
 fn sorted_idx(xb: &[f32]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..xb.len()).collect();
@@ -747,9 +1116,6 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 continue;
             }
             let idx = sorted_idx(xb);
-            let mut best_score = -f32::MAX;
-            let mut scale = max;
-            let (mut besti1, mut besti2, mut best_k) = (-1i32, -1i32, -1i32);
             let mut px = [[0f32; BS + 1]; 2];
             let mut pw = [[0f32; BS + 1]; 2];
             for j in 0..BS {
@@ -760,50 +1126,21 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 pw[h][j + 1] = pw[h][j] + weight[i];
                 pw[1 - h][j + 1] = pw[1 - h][j];
             }
-            let txs = [px[0][BS], px[1][BS]];
-            let tws = [pw[0][BS], pw[1][BS]];
-            let p2 = x_p[2];
-            let m2 = x_m[2];
-            let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
-            let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
-            let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
-            let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
-            for i1 in 0..=BS {
-                for i2 in i1..=BS {
-                    let mut qx_p = [0f32; 2];
-                    let mut qx_m = [0f32; 2];
-                    let mut q2_p = [0f32; 2];
-                    let mut q2_m = [0f32; 2];
-                    for h in 0..2 {
-                        let sx = px[h][i1] + px[h][i2];
-                        qx_p[h] = txs[h] * p2 - sx;
-                        qx_m[h] = txs[h] * m2 - sx;
-                        q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
-                        q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
-                    }
-                    let sumqx = [
-                        qx_p[0] + qx_p[1],
-                        qx_p[0] + qx_m[1],
-                        qx_m[0] + qx_p[1],
-                        qx_m[0] + qx_m[1],
-                    ];
-                    let sumq2 = [
-                        q2_p[0] + q2_p[1],
-                        q2_p[0] + q2_m[1],
-                        q2_m[0] + q2_p[1],
-                        q2_m[0] + q2_m[1],
-                    ];
-                    for k in 0..4 {
-                        if sumq2[k] > 0.0 && sumqx[k] * sumqx[k] > best_score * sumq2[k] {
-                            scale = sumqx[k] / sumq2[k];
-                            best_score = scale * sumqx[k];
-                            besti1 = i1 as i32;
-                            besti2 = i2 as i32;
-                            best_k = k as i32;
-                        }
-                    }
-                }
-            }
+            let mut st = Iq1mBest {
+                best_score: -f32::MAX,
+                scale: max,
+                besti1: -1,
+                besti2: -1,
+                best_k: -1,
+            };
+            iq1m_search(&px, &pw, &x_p, &x_m, &mut st);
+            let Iq1mBest {
+                mut scale,
+                besti1,
+                besti2,
+                mut best_k,
+                ..
+            } = st;
             if besti1 < 0 || besti2 < 0 || best_k < 0 {
                 scales[ib] = 0.0;
                 shifts[ib] = 0;
@@ -912,6 +1249,214 @@ pub(super) fn iq1_m_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
     }
 }
 
+const IQ1M_BS: usize = 16;
+
+/// The running best of the IQ1_M split search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Iq1mBest {
+    best_score: f32,
+    scale: f32,
+    besti1: i32,
+    besti2: i32,
+    best_k: i32,
+}
+
+impl Iq1mBest {
+    /// One candidate, as ggml's loop weighs it.
+    #[inline(always)]
+    fn consider(&mut self, sumqx: f32, sumq2: f32, i1: usize, i2: usize, k: usize) {
+        if sumq2 > 0.0 && sumqx * sumqx > self.best_score * sumq2 {
+            self.scale = sumqx / sumq2;
+            self.best_score = self.scale * sumqx;
+            self.besti1 = i1 as i32;
+            self.besti2 = i2 as i32;
+            self.best_k = k as i32;
+        }
+    }
+}
+
+/// The IQ1_M search over the two split points `i1 ≤ i2` of the sorted
+/// values and the four shift pairs (the hot loop of
+/// `quantize_row_iq1_m_impl`): the AVX2 twin where the CPU has it, else the
+/// scalar reference.
+fn iq1m_search(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa() >= crate::Isa::Avx2 {
+        // SAFETY: AVX2 is present (`isa()` detected it at run time).
+        unsafe { iq1m_search_avx2(px, pw, x_p, x_m, st) };
+        return;
+    }
+    iq1m_search_scalar(px, pw, x_p, x_m, st)
+}
+
+/// The scalar reference of [`iq1m_search`], ggml's loop as written.
+fn iq1m_search_scalar(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    const BS: usize = IQ1M_BS;
+    let txs = [px[0][BS], px[1][BS]];
+    let tws = [pw[0][BS], pw[1][BS]];
+    let p2 = x_p[2];
+    let m2 = x_m[2];
+    let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
+    let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
+    let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
+    let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
+    for i1 in 0..=BS {
+        for i2 in i1..=BS {
+            let mut qx_p = [0f32; 2];
+            let mut qx_m = [0f32; 2];
+            let mut q2_p = [0f32; 2];
+            let mut q2_m = [0f32; 2];
+            for h in 0..2 {
+                let sx = px[h][i1] + px[h][i2];
+                qx_p[h] = txs[h] * p2 - sx;
+                qx_m[h] = txs[h] * m2 - sx;
+                q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
+                q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
+            }
+            let sumqx = [
+                qx_p[0] + qx_p[1],
+                qx_p[0] + qx_m[1],
+                qx_m[0] + qx_p[1],
+                qx_m[0] + qx_m[1],
+            ];
+            let sumq2 = [
+                q2_p[0] + q2_p[1],
+                q2_p[0] + q2_m[1],
+                q2_m[0] + q2_p[1],
+                q2_m[0] + q2_m[1],
+            ];
+            for k in 0..4 {
+                st.consider(sumqx[k], sumq2[k], i1, i2, k);
+            }
+        }
+    }
+}
+
+/// The AVX2 twin of [`iq1m_search_scalar`]: for each `i1`, eight `i2` at a
+/// time, every lane's sums computed with the scalar's operations in its
+/// order (separate multiplies and adds). A group of eight whose every
+/// candidate fails the test against the current best cannot change it (the
+/// best only changes on a success), so it is skipped; otherwise its
+/// candidates are weighed one by one in the scalar's order, with the
+/// scalar's arithmetic on the same values. Same answer, bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn iq1m_search_avx2(
+    px: &[[f32; IQ1M_BS + 1]; 2],
+    pw: &[[f32; IQ1M_BS + 1]; 2],
+    x_p: &[f32; 3],
+    x_m: &[f32; 3],
+    st: &mut Iq1mBest,
+) {
+    use std::arch::x86_64::*;
+    const BS: usize = IQ1M_BS;
+    const PAD: usize = BS + 1 + 8;
+    let txs = [px[0][BS], px[1][BS]];
+    let tws = [pw[0][BS], pw[1][BS]];
+    let p2 = x_p[2];
+    let m2 = x_m[2];
+    let cp1 = x_p[0] * x_p[0] - x_p[1] * x_p[1];
+    let cp2 = x_p[1] * x_p[1] - x_p[2] * x_p[2];
+    let cm1 = x_m[0] * x_m[0] - x_m[1] * x_m[1];
+    let cm2 = x_m[1] * x_m[1] - x_m[2] * x_m[2];
+    let mut pxp = [[0f32; PAD]; 2];
+    let mut pwp = [[0f32; PAD]; 2];
+    for h in 0..2 {
+        pxp[h][..BS + 1].copy_from_slice(&px[h]);
+        pwp[h][..BS + 1].copy_from_slice(&pw[h]);
+    }
+    let zero = _mm256_setzero_ps();
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut sqx = [[0f32; 8]; 4];
+    let mut sq2 = [[0f32; 8]; 4];
+    for i1 in 0..=BS {
+        // The per-i1 parts, as the scalar computes them.
+        let tp: [f32; 2] = std::array::from_fn(|h| txs[h] * p2);
+        let tm: [f32; 2] = std::array::from_fn(|h| txs[h] * m2);
+        let cp: [f32; 2] = std::array::from_fn(|h| tws[h] * p2 * p2 + pw[h][i1] * cp1);
+        let cm: [f32; 2] = std::array::from_fn(|h| tws[h] * m2 * m2 + pw[h][i1] * cm1);
+        let mut i2 = i1;
+        while i2 <= BS {
+            let nvalid = (BS + 1 - i2).min(8);
+            let mut qxp = [zero; 2];
+            let mut qxm = [zero; 2];
+            let mut q2p = [zero; 2];
+            let mut q2m = [zero; 2];
+            for h in 0..2 {
+                // SAFETY: i2 + 8 <= BS + 8 < PAD.
+                let vx = unsafe { _mm256_loadu_ps(pxp[h].as_ptr().add(i2)) };
+                // SAFETY: as above.
+                let vw = unsafe { _mm256_loadu_ps(pwp[h].as_ptr().add(i2)) };
+                let sx = _mm256_add_ps(_mm256_set1_ps(px[h][i1]), vx);
+                qxp[h] = _mm256_sub_ps(_mm256_set1_ps(tp[h]), sx);
+                qxm[h] = _mm256_sub_ps(_mm256_set1_ps(tm[h]), sx);
+                q2p[h] = _mm256_add_ps(
+                    _mm256_set1_ps(cp[h]),
+                    _mm256_mul_ps(vw, _mm256_set1_ps(cp2)),
+                );
+                q2m[h] = _mm256_add_ps(
+                    _mm256_set1_ps(cm[h]),
+                    _mm256_mul_ps(vw, _mm256_set1_ps(cm2)),
+                );
+            }
+            let vqx = [
+                _mm256_add_ps(qxp[0], qxp[1]),
+                _mm256_add_ps(qxp[0], qxm[1]),
+                _mm256_add_ps(qxm[0], qxp[1]),
+                _mm256_add_ps(qxm[0], qxm[1]),
+            ];
+            let vq2 = [
+                _mm256_add_ps(q2p[0], q2p[1]),
+                _mm256_add_ps(q2p[0], q2m[1]),
+                _mm256_add_ps(q2m[0], q2p[1]),
+                _mm256_add_ps(q2m[0], q2m[1]),
+            ];
+            let best = _mm256_set1_ps(st.best_score);
+            let valid =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid as i32), lane));
+            let mut any = _mm256_setzero_ps();
+            for k in 0..4 {
+                let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(vq2[k], zero);
+                let gain = _mm256_cmp_ps::<_CMP_GT_OQ>(
+                    _mm256_mul_ps(vqx[k], vqx[k]),
+                    _mm256_mul_ps(best, vq2[k]),
+                );
+                any = _mm256_or_ps(any, _mm256_and_ps(pos, gain));
+            }
+            if _mm256_movemask_ps(_mm256_and_ps(any, valid)) != 0 {
+                for k in 0..4 {
+                    // SAFETY: each row of sqx/sq2 holds 8 f32.
+                    unsafe {
+                        _mm256_storeu_ps(sqx[k].as_mut_ptr(), vqx[k]);
+                        _mm256_storeu_ps(sq2[k].as_mut_ptr(), vq2[k]);
+                    }
+                }
+                for j in 0..nvalid {
+                    for k in 0..4 {
+                        st.consider(sqx[k][j], sq2[k][j], i1, i2 + j, k);
+                    }
+                }
+            }
+            i2 += 8;
+        }
+    }
+}
+
 fn half_xx_static<'a>(k: usize, shift: i32, x_p: &'a [f32; 3], x_m: &'a [f32; 3]) -> &'a [f32; 3] {
     if k == 0 {
         if shift < 2 {
@@ -929,6 +1474,131 @@ fn half_xx_static<'a>(k: usize, shift: i32, x_p: &'a [f32; 3], x_m: &'a [f32; 3]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AVX2 neighbour search against the scalar reference on random
+    /// neighbour lists, values, weights and scales (ties included: zero
+    /// weights, repeated indices), for every 8-coordinate grid.
+    /// The AVX2 IQ1_M split search against the scalar reference on random
+    /// sorted blocks and weights (zero weights and repeated values included).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn iq1m_search_avx2_equals_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: nothing to compare");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let delta = IQ1S_DELTA;
+        let x_p = [-1.0 + delta, delta, 1.0 + delta];
+        let x_m = [-1.0 - delta, -delta, 1.0 - delta];
+        const BS: usize = IQ1M_BS;
+        for case in 0..20000 {
+            let mut xb = [0f32; BS];
+            let mut weight = [0f32; BS];
+            for i in 0..BS {
+                xb[i] = match case % 5 {
+                    0 => (rng.gen_range(-3i32..=3) as f32) * 0.25,
+                    _ => rng.gen_range(-2.0f32..2.0),
+                };
+                weight[i] = match case % 7 {
+                    0 => 0.0,
+                    1 => 1.0,
+                    _ => rng.gen_range(0.0f32..2.0),
+                };
+            }
+            if case % 11 == 0 {
+                weight[rng.gen_range(0..BS)] = 0.0;
+            }
+            let idx = sorted_idx(&xb);
+            let mut px = [[0f32; BS + 1]; 2];
+            let mut pw = [[0f32; BS + 1]; 2];
+            for j in 0..BS {
+                let i = idx[j];
+                let h = if i < BS / 2 { 0 } else { 1 };
+                px[h][j + 1] = px[h][j] + weight[i] * xb[i];
+                px[1 - h][j + 1] = px[1 - h][j];
+                pw[h][j + 1] = pw[h][j] + weight[i];
+                pw[1 - h][j + 1] = pw[1 - h][j];
+            }
+            let start = Iq1mBest {
+                best_score: -f32::MAX,
+                scale: 1.5,
+                besti1: -1,
+                besti2: -1,
+                best_k: -1,
+            };
+            let mut want = start;
+            iq1m_search_scalar(&px, &pw, &x_p, &x_m, &mut want);
+            let mut got = start;
+            // SAFETY: AVX2 checked above.
+            unsafe { iq1m_search_avx2(&px, &pw, &x_p, &x_m, &mut got) };
+            assert_eq!(got.besti1, want.besti1, "case {case}");
+            assert_eq!(got.besti2, want.besti2, "case {case}");
+            assert_eq!(got.best_k, want.best_k, "case {case}");
+            assert_eq!(got.scale.to_bits(), want.scale.to_bits(), "case {case}");
+            assert_eq!(
+                got.best_score.to_bits(),
+                want.best_score.to_bits(),
+                "case {case}"
+            );
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn nearest_avx2_equals_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: nothing to compare");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for kind in [
+            GridKind::Iq2Xxs,
+            GridKind::Iq2Xs,
+            GridKind::Iq2S,
+            GridKind::Iq1,
+        ] {
+            let g = grid(kind);
+            let n = g.points.len();
+            for case in 0..4000 {
+                let len = rng.gen_range(1..=300);
+                let nb: Vec<u16> = (0..len).map(|_| rng.gen_range(0..n) as u16).collect();
+                let mut xval = [0f32; 8];
+                let mut weight = [0f32; 8];
+                for i in 0..8 {
+                    xval[i] = rng.gen_range(0.0f32..4.0);
+                    weight[i] = match case % 4 {
+                        0 => 0.0,
+                        1 => 1.0,
+                        _ => rng.gen_range(0.0f32..3.0),
+                    };
+                }
+                let scale = match case % 3 {
+                    0 => 1.0,
+                    _ => rng.gen_range(1e-3f32..2.0),
+                };
+                let want = nearest_scalar(&g.points, &nb, &xval, &weight, scale);
+                // SAFETY: AVX2 checked above; indices are below n.
+                let got = unsafe { nearest_avx2(&g.points_f32, &nb, &xval, &weight, scale) };
+                assert_eq!(got, want, "case {case}: {len} neighbours");
+                if kind != GridKind::Iq1 {
+                    continue;
+                }
+                let d = IQ1S_DELTA;
+                let xg = if case % 2 == 0 {
+                    [-1.0 + d, d, 1.0 + d]
+                } else {
+                    [-1.0 - d, -d, 1.0 - d]
+                };
+                let want = nearest_iq1_scalar(&g.points, &nb, &xval, &weight, scale, &xg);
+                // SAFETY: AVX2 checked above; indices are below n.
+                let got = unsafe { nearest_iq1_avx2(&g.levels, &nb, &xval, &weight, scale, &xg) };
+                assert_eq!(got, want, "iq1 case {case}: {len} neighbours");
+            }
+        }
+    }
 
     /// The grids rebuilt from the decoding tables against the first entries
     /// of ggml's `kgrid_2bit_256` and `kgrid_1bit_2048` (2 bits per coordinate).

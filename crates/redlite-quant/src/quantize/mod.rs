@@ -13,9 +13,10 @@
 //! `quantize_rows` is the entry point: whole rows of `n_per_row` values in,
 //! whole rows of blocks out, with an optional importance matrix of
 //! `n_per_row` weights shared by the rows (one expert's slice).
-//! IQ2_S, IQ3_XXS, IQ3_S and NVFP4 are not implemented yet and answer
-//! [`QuantizeError::NotImplemented`].
+//! NVFP4 (which llama-quantize does not make either) is not implemented and
+//! answers [`QuantizeError::NotImplemented`].
 
+mod iq3;
 mod iq4;
 mod kquants;
 mod lattice;
@@ -78,6 +79,9 @@ pub fn is_implemented(ty: GgmlType) -> bool {
             | IQ4_XS
             | IQ2_XXS
             | IQ2_XS
+            | IQ2_S
+            | IQ3_XXS
+            | IQ3_S
             | IQ1_S
             | IQ1_M
     )
@@ -183,12 +187,18 @@ pub fn quantize_rows(
             Q4_K => kquants::q4_k_ref(src, dst),
             Q5_K => kquants::q5_k_ref(src, dst),
             Q6_K => kquants::q6_k_ref(src, dst),
-            IQ1_M => {
+            IQ1_M | IQ2_S | IQ3_XXS | IQ3_S => {
+                let row_fn = match ty {
+                    IQ1_M => lattice::iq1_m_row,
+                    IQ2_S => lattice::iq2_s_row,
+                    IQ3_XXS => iq3::iq3_xxs_row,
+                    _ => iq3::iq3_s_row,
+                };
                 for (x, y) in src
                     .chunks_exact(n_per_row)
                     .zip(dst.chunks_exact_mut(row_bytes))
                 {
-                    lattice::iq1_m_row(x, y, None);
+                    row_fn(x, y, None);
                 }
             }
             IQ4_NL | IQ4_XS => {
@@ -229,6 +239,9 @@ pub fn quantize_rows(
             IQ4_XS => iq4::iq4_xs_row(x, y, Some(w)),
             IQ2_XXS => lattice::iq2_xxs_row(x, y, w),
             IQ2_XS => lattice::iq2_xs_row(x, y, w),
+            IQ2_S => lattice::iq2_s_row(x, y, Some(w)),
+            IQ3_XXS => iq3::iq3_xxs_row(x, y, Some(w)),
+            IQ3_S => iq3::iq3_s_row(x, y, Some(w)),
             IQ1_S => lattice::iq1_s_row(x, y, w),
             IQ1_M => lattice::iq1_m_row(x, y, Some(w)),
             _ => return Err(QuantizeError::NotImplemented(ty)),
