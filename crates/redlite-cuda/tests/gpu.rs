@@ -1456,6 +1456,38 @@ fn states_fork_and_roll_back_on_the_device() {
     assert!(model.forward(&mut cpu_state, &[1], false).is_err());
 }
 
+/// Every launch is checked against the kernel's parameters as the driver
+/// reports them: a launch with one argument too few, or one of the wrong
+/// size, is refused with the kernel's name (nothing runs); the right list
+/// is taken.
+#[test]
+fn launches_are_checked_against_the_kernel_signature() {
+    if !gpu_ready() {
+        return;
+    }
+    use redlite_cuda::gpu::Arg;
+    let gpu = open_gpu();
+    gpu.bind().expect("bind");
+    let f = gpu.func("fill_normal").expect("fill_normal");
+    let buf = gpu.alloc(256 * 4).expect("alloc");
+    let good = [Arg::U(buf.ptr), Arg::U(256), Arg::U(7), Arg::F(1.0)];
+    gpu.launch_f(f, (1, 1, 1), 256, 0, &good)
+        .expect("the right arguments");
+    gpu.sync().expect("sync");
+    let short = gpu.launch_f(f, (1, 1, 1), 256, 0, &good[..3]);
+    let e = short.expect_err("one argument short").to_string();
+    assert!(
+        e.contains("fill_normal") && e.contains("3 arguments"),
+        "{e}"
+    );
+    let wrong = [Arg::U(buf.ptr), Arg::I(256), Arg::U(7), Arg::F(1.0)];
+    let e = gpu
+        .launch_f(f, (1, 1, 1), 256, 0, &wrong)
+        .expect_err("a 4-byte argument for a u64")
+        .to_string();
+    assert!(e.contains("argument 1"), "{e}");
+}
+
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &x) in v.iter().enumerate() {
