@@ -50,7 +50,8 @@ impl Draft {
 #[command(after_help = "Examples:\n  redlite bench model.gguf\n  \
     redlite bench model.gguf -p 512 -n 128 -r 5 -t 2 --json > bench.json\n  \
     redlite bench model.gguf -p 0 -n 64 --start-position 4096 --fill-state random\n  \
-    redlite bench model.gguf -p 0 -n 128 --draft replay,random --draft-max 8")]
+    redlite bench model.gguf -p 0 -n 128 --draft replay,random --draft-max 8\n  \
+    redlite bench model.gguf -p 0 -n 128 --parallel 1,4,8")]
 pub struct Args {
     /// GGUF model file (for a split model, any of its shards).
     pub model: PathBuf,
@@ -87,6 +88,12 @@ pub struct Args {
     /// Most tokens drafted per verify pass in the --draft test.
     #[arg(long, default_value_t = 8)]
     pub draft_max: usize,
+    /// Batched generation (comma list of sequence counts, e.g. 1,4,8): that many sequences,
+    /// each from the test's start state and its own first token, decode -n tokens greedily
+    /// together, one batched forward pass per step (as the server's scheduler runs `--parallel`
+    /// slots); t/s is the aggregate over all of them.
+    #[arg(long, value_delimiter = ',')]
+    pub parallel: Vec<usize>,
     /// Print llama-bench's JSON (a list of tests) on stdout and nothing else there.
     #[arg(long)]
     pub json: bool,
@@ -247,6 +254,21 @@ fn prefill(model: &Model, st: &mut State, ids: &[u32], batch: usize) -> Result<V
     Ok(last)
 }
 
+/// Decode `n` tokens greedily in each of `states` together (one batched
+/// forward pass per step), sequence `i` from `first[i]`.
+fn decode_batch(model: &Model, states: &mut [State], first: &[u32], n: usize) -> Result<()> {
+    let vocab = model.config().vocab_size;
+    let mut toks = first.to_vec();
+    for _ in 0..n {
+        let mut refs: Vec<&mut State> = states.iter_mut().collect();
+        let logits = model.forward_batch(&mut refs, &toks)?;
+        for (i, t) in toks.iter_mut().enumerate() {
+            *t = redlite_engine::argmax(&logits[i * vocab..(i + 1) * vocab]);
+        }
+    }
+    Ok(())
+}
+
 /// Decode `n` tokens greedily from `first`.
 fn decode(model: &Model, st: &mut State, first: u32, n: usize) -> Result<()> {
     let mut tok = first;
@@ -334,6 +356,12 @@ fn human_count(n: u64) -> String {
 pub fn run(args: Args) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
+    }
+    if args.parallel.contains(&0) {
+        bail!("--parallel takes sequence counts of at least 1");
+    }
+    if !args.parallel.is_empty() && args.gen_tokens == 0 {
+        bail!("--parallel needs generated tokens (-n)");
     }
     if args.batch == Some(0) {
         bail!("--batch must be at least 1");
@@ -472,6 +500,33 @@ pub fn run(args: Args) -> Result<()> {
         tg_prefetch = model.device().and_then(|d| d.prefetch_stats(true));
         print_profile(model, "decode step", (args.repeat * args.gen_tokens) as f64);
     }
+    // Batched generation: per sequence count, the aggregate tokens/s.
+    let mut par = Vec::new();
+    for &np in &args.parallel {
+        bar.set_message(format!("tg{} x{np}", args.gen_tokens));
+        let firsts = random_tokens(np, c.vocab_size, args.seed ^ 0x5EED);
+        // Warm-up (a captured pass per batch size on a GPU).
+        {
+            let mut sts: Vec<State> = (0..np).map(|_| start.snapshot()).collect();
+            decode_batch(model, &mut sts, &firsts, 2)?;
+        }
+        if let Some(d) = model.device() {
+            d.profile();
+        }
+        let mut ns = Vec::new();
+        for _ in 0..args.repeat {
+            let mut sts: Vec<State> = (0..np).map(|_| start.snapshot()).collect();
+            let t = Instant::now();
+            decode_batch(model, &mut sts, &firsts, args.gen_tokens)?;
+            ns.push(t.elapsed().as_nanos() as u64);
+        }
+        print_profile(
+            model,
+            &format!("batched decode step of {np}"),
+            (args.repeat * args.gen_tokens) as f64,
+        );
+        par.push((np, Stats::new(ns, np * args.gen_tokens)));
+    }
     bar.finish_and_clear();
     let spec = if args.draft.is_empty() {
         Vec::new()
@@ -563,6 +618,25 @@ pub fn run(args: Args) -> Result<()> {
             v
         }));
     }
+    let one_stream = par
+        .iter()
+        .find(|(np, _)| *np == 1)
+        .map(|(_, s)| s.median_ts());
+    for (np, st) in &par {
+        let mut v = test(st, 0, args.gen_tokens, &None);
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("redlite_parallel".into(), json!(np));
+            obj.insert(
+                "redlite_per_sequence_ts".into(),
+                json!(st.median_ts() / *np as f64),
+            );
+            obj.insert(
+                "redlite_vs_one_sequence".into(),
+                json!(one_stream.map(|o| st.median_ts() / o)),
+            );
+        }
+        tests.push(("tg", args.gen_tokens, st, v));
+    }
     let plain_gen = spec.first().map(|r| r.stats.median_ts());
     for r in &spec {
         let mut v = test(&r.stats, 0, args.gen_tokens, &None);
@@ -605,11 +679,14 @@ pub fn run(args: Args) -> Result<()> {
     };
     for (kind, n, s, v) in &tests {
         let (avg, sd) = s.ts();
-        let at = match v.get("redlite_draft").and_then(|d| d.as_str()) {
+        let mut at = match v.get("redlite_draft").and_then(|d| d.as_str()) {
             Some(d) => format!(" {d}"),
             None if depth > 0 => format!(" @ d{depth}"),
             None => String::new(),
         };
+        if let Some(np) = v.get("redlite_parallel").and_then(|p| p.as_u64()) {
+            at.push_str(&format!(" x{np} seqs"));
+        }
         lines.push(format!(
             "| {name} | {} | {} | {backend} | {} | {kind}{n}{at} | {avg:.2} ± {sd:.2} | {:.2} | {:.2} | {:.2} |",
             gib(model_size),
@@ -633,6 +710,15 @@ pub fn run(args: Args) -> Result<()> {
         ),
     };
     lines.push(tg_line);
+    if let Some(o) = one_stream {
+        for (np, st) in par.iter().filter(|(np, _)| *np > 1) {
+            lines.push(format!(
+                "batched generation, {np} sequences: {:.2}x one sequence's tokens/s ({:.2} t/s each)",
+                st.median_ts() / o,
+                st.median_ts() / *np as f64
+            ));
+        }
+    }
     for r in spec.iter().skip(1) {
         lines.push(format!(
             "speculative, {} drafts of up to {}: {:.2}x plain generation ({} verify passes, {} drafted, {} accepted; tokens equal to plain)",

@@ -463,3 +463,70 @@ fn bench_draft_replays_and_random_drafts() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--draft generates after a fresh"));
 }
+
+/// `bench --parallel`: one generation test per sequence count, its t/s the
+/// aggregate of that many sequences decoded together (batched forward
+/// passes), with the ratio to one sequence; a count of 0, or no generated
+/// tokens, is refused.
+#[test]
+fn bench_parallel_reports_each_sequence_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("tiny.gguf");
+    let m = m.to_str().unwrap();
+    ok(&redlite(&["synth", "--preset", "tiny", "-o", m]));
+    let (so, _) = ok(&redlite(&[
+        "bench",
+        m,
+        "-p",
+        "0",
+        "-n",
+        "3",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--parallel",
+        "1,3",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&so).expect("bench --json parses");
+    let tests = v.as_array().expect("a list of tests");
+    // tg3, then the batched tests of 1 and 3 sequences.
+    assert_eq!(tests.len(), 3, "{tests:?}");
+    assert!(tests[0].get("redlite_parallel").is_none());
+    for (t, np) in tests[1..].iter().zip([1u64, 3]) {
+        assert_eq!(t["redlite_parallel"].as_u64(), Some(np), "{t}");
+        assert_eq!(t["n_gen"], 3);
+        assert_eq!(t["samples_ns"].as_array().map(Vec::len), Some(2));
+        let ts = t["redlite_median_ts"].as_f64().unwrap();
+        let each = t["redlite_per_sequence_ts"].as_f64().unwrap();
+        assert!(ts > 0.0 && (each * np as f64 - ts).abs() < 1e-6 * ts, "{t}");
+        assert!(t["redlite_vs_one_sequence"].as_f64().unwrap() > 0.0, "{t}");
+    }
+    assert_eq!(tests[1]["redlite_vs_one_sequence"].as_f64(), Some(1.0));
+    let (so, _) = ok(&redlite(&[
+        "bench",
+        m,
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--parallel",
+        "2",
+    ]));
+    assert!(so.contains("x2 seqs"), "{so}");
+    for bad in [
+        &["--parallel", "0", "-n", "2"][..],
+        &["--parallel", "2", "-n", "0"],
+    ] {
+        let mut args = vec!["bench", m, "-p", "4", "-r", "1"];
+        args.extend_from_slice(bad);
+        let out = redlite(&args);
+        assert!(!out.status.success(), "{bad:?} accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--parallel"));
+    }
+}

@@ -4,6 +4,14 @@
 // ---------------------------------------------------------------------------
 // Attention.
 
+// The control words: ctl[0] is the position of a pass's first token, token t
+// at ctl[0] + t. In a batched decode pass (bs > 0: the state table holds bs
+// entries per sequence) token t is sequence t's only token, at ctl[4·t].
+// Returns pos0 with token t at pos0 + t either way.
+__device__ __forceinline__ int att_pos0(const int* __restrict__ ctl, int t, int bs) {
+    return bs > 0 ? ctl[4 * t] - t : ctl[0];
+}
+
 // Partial NeoX RoPE in place on [T][heads][hd]: pairs (i, i + half), the
 // angle of pair i at position p = p·interp·(1−mix) + p·extrap·mix (f64).
 extern "C" __global__ void rope_neox(float* __restrict__ x, int T, int heads, int hd, int half,
@@ -43,7 +51,7 @@ extern "C" __global__ void qk_prep(const float* __restrict__ qg, float* __restri
                                    int T, int nh, int nkv, int hd, float eps, int half,
                                    const double* __restrict__ pairs, double mscale,
                                    const int* __restrict__ ctl, const u64* __restrict__ tab,
-                                   int slot) {
+                                   int slot, int bs) {
     RL_PDL_ENTER();
     __shared__ float row[QK_HD_MAX];
     const int b = blockIdx.x;
@@ -52,7 +60,10 @@ extern "C" __global__ void qk_prep(const float* __restrict__ qg, float* __restri
     const int t = isq ? r / nh : r / nkv;
     const float* xi = isq ? qg + (u64)r * 2 * hd : k + (u64)r * hd;
     const float* w = isq ? qw : kw;
-    const int pos0 = ctl[0];
+    // A batched decode pass (bs > 0): token t is its own sequence's, at
+    // position ctl[4t] (pos0 + t below), its cache in tab + t·bs.
+    const int pos0 = att_pos0(ctl, t, bs);
+    if (bs > 0) tab += (u64)t * bs;
     double ss = 0.0;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) ss += (double)xi[i] * (double)xi[i];
     ss = block_sum_d(ss);
@@ -157,12 +168,13 @@ __device__ __forceinline__ int att_nsplit(int n, int ns) {
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
     attn_split(const float* __restrict__ q, const u64* __restrict__ tab, int slot,
                float* __restrict__ part, const int* __restrict__ ctl, int nh, int nkv, int hd,
-               float scale, int ns) {
+               float scale, int ns, int bs) {
     RL_PDL_ENTER();
     int g = blockIdx.x, t = blockIdx.y, s = blockIdx.z;
+    if (bs > 0) tab += (u64)t * bs;
     const float* Kc = (const float*)tab[slot];
     const float* Vc = (const float*)tab[slot + 1];
-    int pos0 = ctl[0];
+    int pos0 = att_pos0(ctl, t, bs);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int G = nh / nkv;
     int n_keys = pos0 + t + 1;
@@ -252,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
 extern "C" __global__ void attn_combine(const float* __restrict__ part,
                                         const float* __restrict__ gate, u64 gate_stride,
                                         float* __restrict__ out, int nh, int hd, int ns,
-                                        const int* __restrict__ ctl) {
+                                        const int* __restrict__ ctl, int bs) {
     RL_PDL_ENTER();
     // ns <= 1024: the weights e^{m_s − M} of every split in shared memory.
     __shared__ float wsm[1024];
@@ -260,7 +272,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part,
     int h = blockIdx.x, t = blockIdx.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const float* pp = part + ((u64)t * nh + h) * ns * (hd + 2);
-    const int nsu = att_nsplit(ctl[0] + t + 1, ns);
+    const int nsu = att_nsplit(att_pos0(ctl, t, bs) + t + 1, ns);
     float m = -INFINITY;
     for (int s = threadIdx.x; s < nsu; s += blockDim.x) m = fmaxf(m, pp[(u64)s * (hd + 2)]);
     m = warp_max(m);
@@ -357,7 +369,7 @@ __device__ __forceinline__ void attn_dec_body(const float* __restrict__ q,
                                               const u64* __restrict__ tab, int slot,
                                               float* __restrict__ part,
                                               const int* __restrict__ ctl, int nh, int nkv,
-                                              float scale, int ns) {
+                                              float scale, int ns, int bs) {
     constexpr int VEC = HD >= 128 ? 4 : 2;
     constexpr int NC = HD / (32 * VEC);
     constexpr int NV = HD / 32;
@@ -369,7 +381,8 @@ __device__ __forceinline__ void attn_dec_body(const float* __restrict__ q,
     const int g = blockIdx.x, t = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int G = nh / nkv;
-    const int pos0 = ctl[0];
+    const int pos0 = att_pos0(ctl, t, bs);
+    if (bs > 0) tab += (u64)t * bs;
     const int n_keys = pos0 + t + 1;
     const int split_len = att_split_len(n_keys, ns);
     const int nsu = att_nsplit(n_keys, ns);
@@ -544,16 +557,16 @@ __device__ __forceinline__ void attn_dec_body(const float* __restrict__ q,
     extern "C" __global__ void __launch_bounds__(AD_W * WARP, 1)                              \
         attn_dec_##HD(const float* __restrict__ q, const u64* __restrict__ tab, int slot,     \
                       float* __restrict__ part, const int* __restrict__ ctl, int nh, int nkv, \
-                      float scale, int ns) {                                                  \
+                      float scale, int ns, int bs) {                                          \
         RL_PDL_ENTER();                                                                       \
-        attn_dec_body<HD, false>(q, tab, slot, part, ctl, nh, nkv, scale, ns);                \
+        attn_dec_body<HD, false>(q, tab, slot, part, ctl, nh, nkv, scale, ns, bs);            \
     }                                                                                         \
     extern "C" __global__ void __launch_bounds__(AD_W * WARP, 1)                              \
         attn_deca_##HD(const float* __restrict__ q, const u64* __restrict__ tab, int slot,    \
                        float* __restrict__ part, const int* __restrict__ ctl, int nh,         \
-                       int nkv, float scale, int ns) {                                        \
+                       int nkv, float scale, int ns, int bs) {                                \
         RL_PDL_ENTER();                                                                       \
-        attn_dec_body<HD, true>(q, tab, slot, part, ctl, nh, nkv, scale, ns);                 \
+        attn_dec_body<HD, true>(q, tab, slot, part, ctl, nh, nkv, scale, ns, bs);             \
     }
 DEF_ATTN_DEC(64)
 DEF_ATTN_DEC(128)
@@ -568,7 +581,7 @@ DEF_ATTN_DEC(256)
 extern "C" __global__ void __launch_bounds__(1024)
     attn_combine_w(const float* __restrict__ part, const float* __restrict__ gate,
                    u64 gate_stride, float* __restrict__ out, int nh, int hd, int ns, int cb,
-                   const int* __restrict__ ctl) {
+                   const int* __restrict__ ctl, int bs) {
     RL_PDL_ENTER();
     __shared__ float wsm[1024];
     __shared__ float accs[1024];
@@ -577,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const u64 rs = hd + 2;
     const float* pp = part + ((u64)t * nh + h) * ns * rs;
-    const int nsu = att_nsplit(ctl[0] + t + 1, ns);
+    const int nsu = att_nsplit(att_pos0(ctl, t, bs) + t + 1, ns);
     float m = -INFINITY;
     for (int s = threadIdx.x; s < nsu; s += blockDim.x) m = fmaxf(m, pp[(u64)s * rs]);
     m = warp_max(m);

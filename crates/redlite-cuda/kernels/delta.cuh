@@ -19,13 +19,23 @@
 extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, int K,
                                      const float* __restrict__ w, const u64* __restrict__ tab,
                                      int slot, float* __restrict__ out, float* __restrict__ trail,
-                                     u64 tstride) {
+                                     u64 tstride, int bs) {
     RL_PDL_ENTER();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    // A batched decode pass (bs > 0): block row b is sequence b's one token,
+    // its state table at tab + b·bs.
+    int tile = blockIdx.y;
+    if (bs > 0) {
+        tab += (u64)tile * bs;
+        x += (u64)tile * C;
+        out += (u64)tile * C;
+        T = 1;
+        tile = 0;
+    }
     float* state = (float*)tab[slot];
     const int ks = K - 1;
-    const int t0 = blockIdx.y * CONV_TB, t1 = min(T, t0 + CONV_TB);
+    const int t0 = tile * CONV_TB, t1 = min(T, t0 + CONV_TB);
     float win[CONV_KMAX];
     float wc[CONV_KMAX];
     // Window before token t0: input t0 − ks + i, from the state where
@@ -56,7 +66,7 @@ extern "C" __global__ void conv_silu(const float* __restrict__ x, int T, int C, 
     }
     // The state after the pass: written by the first tile's thread (the only
     // one that read the old state), from the last tile's window.
-    if (blockIdx.y == 0) {
+    if (tile == 0) {
 #pragma unroll
         for (int i = 0; i < CONV_KMAX; i++) {
             if (i < ks) {
@@ -152,7 +162,19 @@ extern "C" __global__ void __launch_bounds__(128)
                const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
                const u64* __restrict__ tab, int slot, float* __restrict__ o, int T, int hk,
                int hv, int dk, int dv, float eps, double q_scale, float* __restrict__ trail,
-               u64 tstride, const float* __restrict__ pre) {
+               u64 tstride, const float* __restrict__ pre, int bs) {
+    // A batched decode pass (bs > 0): grid.z is the sequence, each with one
+    // token (row blockIdx.z of u, ba, o and pre) and its state table at
+    // tab + z·bs.
+    if (bs > 0) {
+        const u64 b = blockIdx.z;
+        tab += b * bs;
+        u += b * ld;
+        ba += b * 2 * hv;
+        o += b * hv * dv;
+        if (pre) pre += b * 2 * (hk + hv);
+        T = 1;
+    }
     // The state row and the gate constants before the wait: no kernel of
     // this pass but this one writes the state (RL_PDL_EARLY).
     float* S = (float*)tab[slot];

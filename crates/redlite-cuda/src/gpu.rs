@@ -176,6 +176,80 @@ pub enum Arg {
 pub struct Func {
     f: sys::CUfunction,
     pub name: &'static str,
+    /// The byte size of each of its parameters, as the driver reports them
+    /// (`None` where the driver cannot: before CUDA 12.4); every launch's
+    /// arguments are checked against them ([`check_args`]).
+    params: Option<Params>,
+}
+
+/// A kernel's parameter sizes in bytes, in order (`n` of them).
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    n: usize,
+    sizes: [u8; MAX_ARGS],
+}
+
+/// The parameter sizes of `f` from the driver (`cuFuncGetParamInfo`, which
+/// drivers of CUDA 12.4 and later have; `driver` is the driver's version),
+/// or `None`.
+fn param_sizes(f: sys::CUfunction, driver: i32) -> Option<Params> {
+    if driver < 12040 {
+        return None;
+    }
+    let mut p = Params {
+        n: 0,
+        sizes: [0; MAX_ARGS],
+    };
+    for i in 0..=MAX_ARGS {
+        let (mut off, mut size) = (0usize, 0usize);
+        // SAFETY: `f` is a loaded function; the two outputs are plain
+        // integers on the stack. An index past the last parameter is an
+        // error return, not undefined behaviour.
+        let r = unsafe { sys::cuFuncGetParamInfo(f, i, &mut off, &mut size) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => {}
+            // Past the last parameter (a kernel without any, or another
+            // error: unchecked).
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE if i > 0 => {
+                p.n = i;
+                return Some(p);
+            }
+            _ => return None,
+        }
+        // More parameters than a launch can pass, or one of a size no
+        // `Arg` has: leave the kernel unchecked (no launch can match it).
+        *p.sizes.get_mut(i)? = u8::try_from(size).ok()?;
+    }
+    None
+}
+
+/// `args` against `func`'s parameters: as many, each of the parameter's
+/// size (a wrong count or size would hand the kernel garbage).
+fn check_args(func: &Func, args: &[Arg]) -> Result<(), CudaError> {
+    let Some(p) = &func.params else {
+        return Ok(());
+    };
+    if args.len() != p.n {
+        return Err(CudaError::Driver(format!(
+            "{}: launched with {} arguments, the kernel takes {}",
+            func.name,
+            args.len(),
+            p.n
+        )));
+    }
+    for (i, (a, &want)) in args.iter().zip(&p.sizes).enumerate() {
+        let have = match a {
+            Arg::U(_) | Arg::D(_) => 8,
+            Arg::I(_) | Arg::F(_) => 4,
+        };
+        if have != want {
+            return Err(CudaError::Driver(format!(
+                "{}: argument {i} is {have} bytes, the kernel's parameter {want}",
+                func.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 // SAFETY: a function handle is a plain driver handle, valid in its context.
@@ -310,6 +384,11 @@ impl Gpu {
         // SAFETY: `image` is a NUL-terminated PTX or a cubin for this device.
         let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
             .map_err(drv("loading the kernels"))?;
+        let mut driver = 0i32;
+        // SAFETY: writes one integer; on failure it stays 0 (no checks).
+        unsafe {
+            let _ = sys::cuDriverGetVersion(&mut driver);
+        }
         let mut funcs = HashMap::new();
         for k in kernels {
             let cname = CString::new(k.as_str())
@@ -318,7 +397,8 @@ impl Gpu {
             let f = unsafe { result::module::get_function(module, cname) }
                 .map_err(|e| CudaError::Driver(format!("kernel {k}: {e:?}")))?;
             let name: &'static str = Box::leak(k.clone().into_boxed_str());
-            funcs.insert(k.clone(), Func { f, name });
+            let params = param_sizes(f, driver);
+            funcs.insert(k.clone(), Func { f, name, params });
         }
         let prof = opts.profile.then(|| std::sync::Mutex::new(Prof::default()));
         Ok(Gpu {
@@ -382,6 +462,7 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        check_args(&func, args)?;
         let mut slots = [0u64; MAX_ARGS];
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!(
@@ -685,6 +766,7 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), CudaError> {
+        check_args(&func, args)?;
         let (f, name) = (func.f, func.name);
         let ev = |flags: u32| -> Option<sys::CUevent> {
             let mut e = std::mem::MaybeUninit::uninit();

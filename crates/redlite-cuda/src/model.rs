@@ -54,6 +54,10 @@ const NS_PREFILL: usize = 8;
 /// most `NS_DECODE` per query, in the `part` buffer sized for `T_MAX`
 /// queries of `NS_PREFILL`); longer verifies go in chunks.
 const V_MAX: usize = T_MAX * NS_PREFILL / NS_DECODE;
+/// Most sequences of one batched decode pass (`forward_batch`; more go in
+/// several passes): a batched pass takes the verify pass's products, which
+/// hold up to `V_MAX` tokens.
+const B_MAX: usize = V_MAX;
 /// The longest conv kernel `mq_conv_rows` takes (`CONV_KMAX` in `q16_products.cuh`).
 const CONV_KMAX: usize = 8;
 /// The longest head `qk_prep` takes (`QK_HD_MAX` in `attention.cuh`).
@@ -371,6 +375,53 @@ struct Scratch {
     tab_host: Vec<u64>,
     /// The captured decode step (one token, last logits), replayed per token.
     graph: Option<Graph>,
+    /// A batched decode pass's state table (`B_MAX` sequences of `tab`'s
+    /// layout, one after another), its control words (per sequence: its
+    /// position, 1, 0, 0), what the table holds, and the captured pass per
+    /// number of sequences.
+    btab: DevBuf,
+    bctl: DevBuf,
+    btab_host: Vec<u64>,
+    bgraphs: HashMap<usize, Graph>,
+}
+
+/// Where the per-sequence kernels of a pass (conv, delta rule, `qk_prep`,
+/// attention) find the sequence states and positions: one sequence (`tab`
+/// and `ctl` of the scratch, `bs` 0), or a batched decode pass whose token
+/// `i` is sequence `i`'s (`bs` table entries per sequence, control words
+/// per sequence; see `att_pos0` in `attention.cuh`).
+#[derive(Clone, Copy)]
+struct SeqTab {
+    tab: u64,
+    ctl: u64,
+    bs: i32,
+}
+
+impl SeqTab {
+    fn of(s: &Scratch, batch: bool, layers: usize) -> SeqTab {
+        if batch {
+            SeqTab {
+                tab: s.btab.ptr,
+                ctl: s.bctl.ptr,
+                bs: (2 * layers) as i32,
+            }
+        } else {
+            SeqTab {
+                tab: s.tab.ptr,
+                ctl: s.ctl.ptr,
+                bs: 0,
+            }
+        }
+    }
+    /// The grid's z extent of a per-sequence kernel over `t` tokens (one
+    /// block layer per sequence when batched).
+    fn z(&self, t: usize) -> u32 {
+        if self.bs > 0 {
+            t as u32
+        } else {
+            1
+        }
+    }
 }
 
 /// The forward pass's kernels.
@@ -1557,8 +1608,19 @@ impl CudaModel {
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         g.htod(s.tok.ptr, &ids)?;
         g.htod(s.ctl.ptr, &[st.pos as i32, tokens.len() as i32, 0, 0])?;
-        let (mut idn, mut iat) = (0, 0);
         let mut tab = Vec::with_capacity(2 * self.layers.len());
+        self.state_tab(st, &mut tab);
+        if tab != s.tab_host {
+            g.htod(s.tab.ptr, &tab)?;
+            s.tab_host = tab;
+        }
+        Ok(())
+    }
+
+    /// Append `st`'s state table (per layer two pointers: conv and
+    /// DeltaNet state, or keys and values) to `tab`.
+    fn state_tab(&self, st: &CudaState, tab: &mut Vec<u64>) {
+        let (mut idn, mut iat) = (0, 0);
         for l in &self.layers {
             match l.mixer {
                 DMixer::DeltaNet { .. } => {
@@ -1573,11 +1635,60 @@ impl CudaModel {
                 }
             }
         }
-        if tab != s.tab_host {
-            g.htod(s.tab.ptr, &tab)?;
-            s.tab_host = tab;
+    }
+
+    /// Before a batched decode pass over `sts` (at most `B_MAX`), one token
+    /// each: room in each KV cache, then the token ids, the control words
+    /// and the state tables on the device.
+    fn prepare_batch(
+        &self,
+        s: &mut Scratch,
+        sts: &mut [&mut CudaState],
+        tokens: &[u32],
+    ) -> Result<(), CudaError> {
+        let g = &self.gpu;
+        let mut tab = Vec::with_capacity(sts.len() * 2 * self.layers.len());
+        let mut ctl = Vec::with_capacity(4 * sts.len());
+        for st in sts.iter_mut() {
+            st.reserve(g, &self.c, st.pos + 1)?;
+            self.state_tab(st, &mut tab);
+            ctl.extend([st.pos as i32, 1, 0, 0]);
+        }
+        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+        g.htod(s.tok.ptr, &ids)?;
+        g.htod(s.bctl.ptr, &ctl)?;
+        if tab != s.btab_host {
+            g.htod(s.btab.ptr, &tab)?;
+            s.btab_host = tab;
         }
         Ok(())
+    }
+
+    /// Whether this model takes batched decode passes: `qk_prep` for its
+    /// heads and `attn_dec` or `attn_split` for its attention (the prefill
+    /// kernels of wider heads read one sequence's position only).
+    fn batches(&self) -> bool {
+        self.c.head_dim <= QK_HD_MAX
+    }
+
+    /// One batched decode pass over `sts` (prepared; at most `B_MAX`):
+    /// replay the pass captured for this many sequences, capturing it at
+    /// the first (launched directly while profiling).
+    fn batch_step(&self, s: &mut Scratch, n: usize) -> Result<(), CudaError> {
+        if self.gpu.profiling() {
+            return self.encode(s, n, NS_DECODE, n, None, true);
+        }
+        if !s.bgraphs.contains_key(&n) {
+            self.gpu.begin_capture()?;
+            let enc = self.encode(s, n, NS_DECODE, n, None, true);
+            let graph = self.gpu.end_capture();
+            enc?;
+            s.bgraphs.insert(n, graph?);
+        }
+        match s.bgraphs.get(&n) {
+            Some(gr) => self.gpu.replay(gr),
+            None => Ok(()),
+        }
     }
 
     /// Queue one pass over `t` tokens (at most `Scratch::t`) prepared by
@@ -1597,9 +1708,13 @@ impl CudaModel {
         ns: usize,
         rows: usize,
         trail: Option<(&TrailBufs, usize)>,
+        batch: bool,
     ) -> Result<(), CudaError> {
         let c = &self.c;
-        let exact = trail.is_some();
+        // A batched decode pass computes each token as a verify pass does
+        // (each exactly as its decode step alone).
+        let exact = trail.is_some() || batch;
+        let seqs = SeqTab::of(s, batch, self.layers.len());
         let mut idn = 0usize;
         let g = &self.gpu;
         let k = &self.k;
@@ -1719,9 +1834,11 @@ impl CudaModel {
                         self.mv(ba, s.h.ptr, s.ba.ptr, t, exact)?;
                     }
                     if !conv_done {
+                        // Batched: a block row per sequence.
+                        let rows_y = if batch { t } else { t.div_ceil(CONV_TB) };
                         g.launch_f(
                             k.conv_silu,
-                            (cd.div_ceil(128) as u32, t.div_ceil(CONV_TB) as u32, 1),
+                            (cd.div_ceil(128) as u32, rows_y as u32, 1),
                             128,
                             0,
                             &[
@@ -1730,11 +1847,12 @@ impl CudaModel {
                                 Arg::I(cd as i32),
                                 Arg::I(c.conv_kernel as i32),
                                 Arg::U(*conv),
-                                Arg::U(s.tab.ptr),
+                                Arg::U(seqs.tab),
                                 Arg::I(slot),
                                 Arg::U(s.u.ptr),
                                 Arg::U(tconv),
                                 Arg::U((c.conv_dim() * (c.conv_kernel - 1)) as u64),
+                                Arg::I(seqs.bs),
                             ],
                         )?;
                     }
@@ -1820,7 +1938,7 @@ impl CudaModel {
                     } else {
                         g.launch_f(
                             k.delta_rule,
-                            (hv as u32, dv.div_ceil(4) as u32, 1),
+                            (hv as u32, dv.div_ceil(4) as u32, seqs.z(t)),
                             128,
                             0,
                             &[
@@ -1830,7 +1948,7 @@ impl CudaModel {
                                 Arg::U(s.ba.ptr),
                                 Arg::U(*ssm_a),
                                 Arg::U(*dt_bias),
-                                Arg::U(s.tab.ptr),
+                                Arg::U(seqs.tab),
                                 Arg::I(slot + 1),
                                 Arg::U(s.o.ptr),
                                 Arg::I(t as i32),
@@ -1843,6 +1961,7 @@ impl CudaModel {
                                 Arg::U(tssm),
                                 Arg::U((hv * dv * dk) as u64),
                                 Arg::U(pre),
+                                Arg::I(seqs.bs),
                             ],
                         )?;
                     }
@@ -1920,9 +2039,10 @@ impl CudaModel {
                                 Arg::I(self.rope_half as i32),
                                 Arg::U(self.rope_pairs.ptr),
                                 Arg::D(self.rope_mscale),
-                                Arg::U(s.ctl.ptr),
-                                Arg::U(s.tab.ptr),
+                                Arg::U(seqs.ctl),
+                                Arg::U(seqs.tab),
                                 Arg::I(slot),
+                                Arg::I(seqs.bs),
                             ],
                         )?;
                     } else {
@@ -1987,7 +2107,7 @@ impl CudaModel {
                             ],
                         )?;
                     }
-                    self.attention(s, t, ns, slot, exact)?;
+                    self.attention(s, t, ns, slot, exact, seqs)?;
                     self.mv(out, s.att.ptr, s.mix.ptr, t, exact)?;
                 }
             }
@@ -2310,6 +2430,7 @@ impl CudaModel {
         ns: usize,
         slot: i32,
         exact: bool,
+        seqs: SeqTab,
     ) -> Result<(), CudaError> {
         let c = &self.c;
         let g = &self.gpu;
@@ -2357,14 +2478,15 @@ impl CudaModel {
                     smem,
                     &[
                         Arg::U(s.q.ptr),
-                        Arg::U(s.tab.ptr),
+                        Arg::U(seqs.tab),
                         Arg::I(slot),
                         Arg::U(s.part.ptr),
-                        Arg::U(s.ctl.ptr),
+                        Arg::U(seqs.ctl),
                         Arg::I(nh as i32),
                         Arg::I(nkv as i32),
                         Arg::F(scale),
                         Arg::I(ns as i32),
+                        Arg::I(seqs.bs),
                     ],
                 )?;
                 // The splits spread over blocks of `combine_cols` columns
@@ -2380,15 +2502,16 @@ impl CudaModel {
                     0,
                     &[
                         Arg::U(s.q.ptr),
-                        Arg::U(s.tab.ptr),
+                        Arg::U(seqs.tab),
                         Arg::I(slot),
                         Arg::U(s.part.ptr),
-                        Arg::U(s.ctl.ptr),
+                        Arg::U(seqs.ctl),
                         Arg::I(nh as i32),
                         Arg::I(nkv as i32),
                         Arg::I(hd as i32),
                         Arg::F(scale),
                         Arg::I(ns as i32),
+                        Arg::I(seqs.bs),
                     ],
                 )?;
                 (k.attn_combine, hd.clamp(32, 256) as u32, hd)
@@ -2408,7 +2531,8 @@ impl CudaModel {
             args.push(Arg::I(combine.2 as i32));
         }
         // The position: the splits in use follow it.
-        args.push(Arg::U(s.ctl.ptr));
+        args.push(Arg::U(seqs.ctl));
+        args.push(Arg::I(seqs.bs));
         g.launch_f(
             combine.0,
             (nh as u32, t as u32, (hd / combine.2) as u32),
@@ -2430,7 +2554,7 @@ impl CudaModel {
     fn decode_step(&self, s: &mut Scratch) -> Result<(), CudaError> {
         if s.graph.is_none() {
             self.gpu.begin_capture()?;
-            let enc = self.encode(s, 1, NS_DECODE, 1, None);
+            let enc = self.encode(s, 1, NS_DECODE, 1, None, false);
             let graph = self.gpu.end_capture();
             enc?;
             s.graph = Some(graph?);
@@ -2490,6 +2614,10 @@ impl Scratch {
             tab: g.alloc(2 * c.n_layer.max(1) * 8)?,
             tab_host: Vec::new(),
             graph: None,
+            btab: g.alloc(B_MAX * 2 * c.n_layer.max(1) * 8)?,
+            bctl: g.alloc(B_MAX * 4 * 4)?,
+            btab_host: Vec::new(),
+            bgraphs: HashMap::new(),
         })
     }
 }
@@ -2859,7 +2987,7 @@ impl DeviceForward for CudaModel {
                     } else {
                         (st.pos + t).div_ceil(SPLIT_MIN).clamp(1, NS_PREFILL)
                     };
-                    self.encode(&s, t, ns, rows, None)?;
+                    self.encode(&s, t, ns, rows, None, false)?;
                 }
                 st.pos += t;
                 if rows > 0 {
@@ -2891,7 +3019,7 @@ impl DeviceForward for CudaModel {
                 for (i, ch) in tokens.chunks(V_MAX).enumerate() {
                     let t = ch.len();
                     self.prepare(&mut s, st, ch)?;
-                    self.encode(&s, t, NS_DECODE, t, Some((tb, i * V_MAX)))?;
+                    self.encode(&s, t, NS_DECODE, t, Some((tb, i * V_MAX)), false)?;
                     st.pos += t;
                     let o = i * V_MAX * vocab;
                     g.dtoh(&mut out[o..o + t * vocab], s.logits.ptr)?;
@@ -2910,6 +3038,54 @@ impl DeviceForward for CudaModel {
             pos0,
         };
         Ok((out, Box::new(trail)))
+    }
+
+    fn forward_batch(
+        &self,
+        states: &mut [&mut dyn DeviceState],
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, ModelError> {
+        if tokens.is_empty() || tokens.len() != states.len() {
+            return Err(ModelError::Input(format!(
+                "batched decode needs one token per sequence ({} tokens, {} sequences)",
+                tokens.len(),
+                states.len()
+            )));
+        }
+        if tokens.len() == 1 || !self.batches() {
+            return redlite_model::forward_one_by_one(self, states, tokens);
+        }
+        let mut sts = states
+            .iter_mut()
+            .map(|st| {
+                st.as_any_mut().downcast_mut::<CudaState>().ok_or_else(|| {
+                    ModelError::Input("a state was not made by this CUDA model".into())
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut s = self
+            .scratch
+            .lock()
+            .map_err(|_| ModelError::Backend("a previous CUDA forward pass panicked".into()))?;
+        let g = &self.gpu;
+        g.bind().map_err(merr)?;
+        let vocab = self.c.vocab_size;
+        let mut out = vec![0f32; tokens.len() * vocab];
+        let r = (|| -> Result<(), CudaError> {
+            for (i, (chunk, toks)) in sts.chunks_mut(B_MAX).zip(tokens.chunks(B_MAX)).enumerate() {
+                let n = toks.len();
+                self.prepare_batch(&mut s, chunk, toks)?;
+                self.batch_step(&mut s, n)?;
+                for st in chunk.iter_mut() {
+                    st.pos += 1;
+                }
+                let o = i * B_MAX * vocab;
+                g.dtoh(&mut out[o..o + n * vocab], s.logits.ptr)?;
+            }
+            g.profile_collect()
+        })();
+        r.map_err(merr)?;
+        Ok(out)
     }
 
     fn prefetch_stats(&self, reset: bool) -> Option<redlite_model::PrefetchStats> {

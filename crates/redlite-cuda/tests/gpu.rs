@@ -19,7 +19,10 @@
 //! - prefill against decode within 1e-2 on the f32 path (on the default
 //!   path: mean KL ≤ 1e-5, p99 of per-position max |Δ| ≤ 2e-2);
 //! - the 32,768-token prompt against transformers;
-//! - state forks, and speculative verify + rollback, against plain decoding.
+//! - state forks, and speculative verify + rollback, against plain decoding;
+//! - batched decode (sequences at different positions in one pass, and more
+//!   than one pass holds) against each sequence decoded alone: the same
+//!   greedy tokens and the same logits bit for bit.
 
 mod common;
 #[path = "../../redlite-model/tests/common/mod.rs"]
@@ -1451,6 +1454,144 @@ fn states_fork_and_roll_back_on_the_device() {
     // A CPU state is refused with an error, not a panic.
     let mut cpu_state = load("tiny-s-Q4_K_M.gguf").new_state();
     assert!(model.forward(&mut cpu_state, &[1], false).is_err());
+}
+
+/// Every launch is checked against the kernel's parameters as the driver
+/// reports them: a launch with one argument too few, or one of the wrong
+/// size, is refused with the kernel's name (nothing runs); the right list
+/// is taken.
+#[test]
+fn launches_are_checked_against_the_kernel_signature() {
+    if !gpu_ready() {
+        return;
+    }
+    use redlite_cuda::gpu::Arg;
+    let gpu = open_gpu();
+    gpu.bind().expect("bind");
+    let f = gpu.func("fill_normal").expect("fill_normal");
+    let buf = gpu.alloc(256 * 4).expect("alloc");
+    let good = [Arg::U(buf.ptr), Arg::U(256), Arg::U(7), Arg::F(1.0)];
+    gpu.launch_f(f, (1, 1, 1), 256, 0, &good)
+        .expect("the right arguments");
+    gpu.sync().expect("sync");
+    let short = gpu.launch_f(f, (1, 1, 1), 256, 0, &good[..3]);
+    let e = short.expect_err("one argument short").to_string();
+    assert!(
+        e.contains("fill_normal") && e.contains("3 arguments"),
+        "{e}"
+    );
+    let wrong = [Arg::U(buf.ptr), Arg::I(256), Arg::U(7), Arg::F(1.0)];
+    let e = gpu
+        .launch_f(f, (1, 1, 1), 256, 0, &wrong)
+        .expect_err("a 4-byte argument for a u64")
+        .to_string();
+    assert!(e.contains("argument 1"), "{e}");
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Sequences prefilled with the first `lens[i]` prompt tokens, then `steps`
+/// greedy decode steps: alone (`Model::forward`, one token at a time) or
+/// all together (`Model::forward_batch`); per sequence its tokens and its
+/// logits rows.
+fn greedy_decode(
+    model: &Model,
+    prompt: &[u32],
+    lens: &[usize],
+    steps: usize,
+    batched: bool,
+) -> Vec<(Vec<u32>, Vec<f32>)> {
+    let vocab = model.config().vocab_size;
+    let mut states = Vec::new();
+    let mut next = Vec::new();
+    for &n in lens {
+        let mut st = model.new_state();
+        let logits = model
+            .forward(&mut st, &prompt[..n], false)
+            .expect("prefill");
+        next.push(argmax(&logits));
+        states.push(st);
+    }
+    let mut out: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); lens.len()];
+    for _ in 0..steps {
+        let rows = if batched {
+            let mut refs: Vec<&mut redlite_model::State> = states.iter_mut().collect();
+            model.forward_batch(&mut refs, &next).expect("batch")
+        } else {
+            let mut rows = Vec::new();
+            for (st, &tok) in states.iter_mut().zip(&next) {
+                rows.extend(model.forward(st, &[tok], false).expect("decode"));
+            }
+            rows
+        };
+        for (i, o) in out.iter_mut().enumerate() {
+            let row = &rows[i * vocab..(i + 1) * vocab];
+            o.0.push(next[i]);
+            o.1.extend_from_slice(row);
+            next[i] = argmax(row);
+        }
+    }
+    for (st, &n) in states.iter().zip(lens) {
+        assert_eq!(
+            st.pos(),
+            n + steps,
+            "each sequence advanced by one per step"
+        );
+    }
+    out
+}
+
+/// Batched decode on the device (one pass for all sequences: the products
+/// over every sequence's row, the conv, delta rule and attention of each
+/// sequence on its own state in one launch, a captured pass per batch size)
+/// equals decoding each sequence alone: the same greedy tokens and the same
+/// logits bit for bit. Four sequences at different positions, then 18 (more
+/// than one pass's 16: two passes), on the default 16-bit path (Q4_K_M and
+/// the cf2 mix) and the f32 path.
+#[test]
+fn batched_decode_equals_decoding_alone() {
+    if !gpu_ready() {
+        return;
+    }
+    let p = prompts();
+    let prompt = prompt_ids(&p, "prose");
+    let models = [
+        ("Q4_K_M", load_gpu("tiny-s-Q4_K_M.gguf")),
+        ("CF2mix", load_gpu("tiny-s-CF2mix.gguf")),
+        ("Q4_K_M f32", load_gpu_f32("tiny-s-Q4_K_M.gguf")),
+    ];
+    let four = [3usize, 17, 40, 61];
+    let many: Vec<usize> = (0..18).map(|i| 2 + (i * 7) % 60).collect();
+    for (name, model) in &models {
+        for (lens, steps) in [(&four[..], 8), (&many[..], 3)] {
+            let alone = greedy_decode(model, &prompt, lens, steps, false);
+            let batch = greedy_decode(model, &prompt, lens, steps, true);
+            let mut worst = 0f32;
+            for (a, b) in alone.iter().zip(&batch) {
+                worst = worst.max(max_abs(&a.1, &b.1));
+            }
+            println!(
+                "gpu batched decode {name}: {} sequences x {steps} steps, max |Δlogit| vs alone {worst:.3e}",
+                lens.len()
+            );
+            for (i, (a, b)) in alone.iter().zip(&batch).enumerate() {
+                assert_eq!(a.0, b.0, "{name}: sequence {i}'s greedy tokens");
+                assert!(
+                    a.1 == b.1,
+                    "{name}: sequence {i}'s logits differ from decoding alone (max |Δ| {:.3e})",
+                    max_abs(&a.1, &b.1)
+                );
+            }
+        }
+    }
 }
 
 /// Routed experts placed apart (a device budget of two experts per layer,

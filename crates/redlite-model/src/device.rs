@@ -102,6 +102,19 @@ pub trait DeviceForward: Send + Sync {
         }
         Ok((logits, Box::new(StepTrail(saved))))
     }
+    /// One decode step for each of `states` (distinct sequences, any
+    /// positions): `tokens[i]` is fed to `states[i]`, and row `i` of the
+    /// `[n, vocab]` result is its logits, equal to what
+    /// [`DeviceForward::forward`] gives that sequence alone. A device that
+    /// batches reads each weight once for all of them; the default runs the
+    /// sequences one after another ([`forward_one_by_one`]).
+    fn forward_batch(
+        &self,
+        states: &mut [&mut dyn DeviceState],
+        tokens: &[u32],
+    ) -> Result<Vec<f32>, ModelError> {
+        forward_one_by_one(self, states, tokens)
+    }
     /// A state at position `pos` filled with random data of the magnitudes
     /// real decoding builds (as [`crate::CpuState::fill_random`]), for timing
     /// decode at depth.
@@ -184,22 +197,43 @@ pub(crate) fn forward(
     dev.forward(state.device_mut()?, tokens, all_logits)
 }
 
-/// [`crate::Model::forward_batch`] on a device: one sequence after another,
-/// so each row is its sequence's own decode step.
-pub(crate) fn forward_batch(
-    dev: &dyn DeviceForward,
-    states: &mut [&mut State],
+/// [`DeviceForward::forward_batch`] the plain way: one sequence after
+/// another, so each row is its sequence's own decode step.
+pub fn forward_one_by_one<D: DeviceForward + ?Sized>(
+    dev: &D,
+    states: &mut [&mut dyn DeviceState],
     tokens: &[u32],
 ) -> Result<Vec<f32>, ModelError> {
+    if tokens.len() != states.len() {
+        return Err(ModelError::Input(format!(
+            "batched decode needs one token per sequence ({} tokens, {} sequences)",
+            tokens.len(),
+            states.len()
+        )));
+    }
     let mut out = Vec::new();
     for (st, &tok) in states.iter_mut().zip(tokens) {
-        let row = dev.forward(st.device_mut()?, &[tok], false)?;
+        let row = dev.forward(&mut **st, &[tok], false)?;
         if out.is_empty() {
             out.reserve_exact(row.len() * tokens.len());
         }
         out.extend(row);
     }
     Ok(out)
+}
+
+/// [`crate::Model::forward_batch`] on a device: the device's batched
+/// decode over the sequences' device states.
+pub(crate) fn forward_batch(
+    dev: &dyn DeviceForward,
+    states: &mut [&mut State],
+    tokens: &[u32],
+) -> Result<Vec<f32>, ModelError> {
+    let mut devs = states
+        .iter_mut()
+        .map(|s| s.device_mut())
+        .collect::<Result<Vec<&mut dyn DeviceState>, _>>()?;
+    dev.forward_batch(&mut devs, tokens)
 }
 
 /// [`crate::Model::forward_verify`] on a device: the device's verify pass,

@@ -42,7 +42,9 @@ pub mod weights;
 
 pub use cache_policy::CachePolicy;
 pub use config::Config;
-pub use device::{DeviceForward, DeviceState, PrefetchStats, StepTrail, Verified};
+pub use device::{
+    forward_one_by_one, DeviceForward, DeviceState, PrefetchStats, StepTrail, Verified,
+};
 pub use expert_cache::{
     default_prefetch_count, ExpertCache, ExpertCacheCounters, ExpertCacheOptions, ExpertCacheStats,
     ExpertEntry, ExpertReaders,
