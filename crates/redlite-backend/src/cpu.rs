@@ -23,6 +23,9 @@ const SMALL_BATCH: usize = 4;
 /// Query and key block sizes of the attention kernel.
 const ATT_QB: usize = 32;
 const ATT_KB: usize = 256;
+/// Rows of a narrower KV type the decode kernel converts at a time (32 rows
+/// of 256 values: 32 KiB of f32).
+const DECODE_SUB: usize = 32;
 
 /// How the CPU backend feeds activations to the quantized matrix products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -809,9 +812,20 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) ->
         let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
         let base = off * stride + kvh * hd;
         let nk = k1 - k0;
-        let (kr, ks) = kv_chunk(kv.k[b], base, stride, nk, hd, &mut kbuf);
-        scores_group(&qs, hd, kr, ks, nk, &mut scores, ATT_KB);
-        let (vr, vs) = kv_chunk(kv.v[b], base, stride, nk, hd, &mut vbuf);
+        // A stored type is converted SUB rows at a time, so the rows
+        // converted stay in cache (f32 is read in place, the whole chunk
+        // at once). Scores are per key and each output element takes the
+        // same operations in the same order either way.
+        let sub = |t: &KvRows<'_>| match t {
+            KvRows::F32(_) => nk,
+            _ => DECODE_SUB,
+        };
+        let ksub = sub(&kv.k[b]);
+        for j0 in (0..nk).step_by(ksub) {
+            let m = ksub.min(nk - j0);
+            let (kr, ks) = kv_chunk(kv.k[b], base + j0 * stride, stride, m, hd, &mut kbuf);
+            scores_group(&qs, hd, kr, ks, m, &mut scores[j0..], ATT_KB);
+        }
         for h in 0..g {
             let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
             let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -824,7 +838,15 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) ->
             }
             mx[h] = m_new;
             sum[h] += exp_sub_sum(sc, m_new);
-            axpy_rows(o, sc, vr, vs);
+        }
+        let vsub = sub(&kv.v[b]);
+        for j0 in (0..nk).step_by(vsub) {
+            let m = vsub.min(nk - j0);
+            let (vr, vs) = kv_chunk(kv.v[b], base + j0 * stride, stride, m, hd, &mut vbuf);
+            for h in 0..g {
+                let sc = &scores[h * ATT_KB + j0..h * ATT_KB + j0 + m];
+                axpy_rows(&mut out[h * hd..(h + 1) * hd], sc, vr, vs);
+            }
         }
         k0 = k1;
     }
