@@ -6,7 +6,7 @@
 //!
 //! `cargo run --release -p redlite-backend --example attn_blocks_bench [DEPTH] [THREADS]`
 
-use redlite_backend::{AttnShape, Backend, CpuBackend, KvBlocks};
+use redlite_backend::{AttnShape, Backend, CpuBackend, KvBlocks, KvRows};
 use std::time::Instant;
 
 fn main() {
@@ -32,9 +32,9 @@ fn main() {
     // The blocked layout holds its own copies, as the cache does.
     let kb: Vec<Vec<f32>> = k.chunks(256 * row).map(|c| c.to_vec()).collect();
     let vb: Vec<Vec<f32>> = v.chunks(256 * row).map(|c| c.to_vec()).collect();
-    let kt: Vec<&[f32]> = kb.iter().map(|b| b.as_slice()).collect();
-    let vt: Vec<&[f32]> = vb.iter().map(|b| b.as_slice()).collect();
-    let (ks, vs) = ([k.as_slice()], [v.as_slice()]);
+    let kt: Vec<KvRows> = kb.iter().map(|b| KvRows::F32(b)).collect();
+    let vt: Vec<KvRows> = vb.iter().map(|b| KvRows::F32(b)).collect();
+    let (ks, vs) = ([KvRows::F32(&k)], [KvRows::F32(&v)]);
     let contiguous = KvBlocks {
         k: &ks,
         v: &vs,

@@ -10,8 +10,9 @@ use rayon::ThreadPool;
 
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
+use crate::kvtype::decode;
 use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
-use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, MatJob, QMat, DELTA_CHUNK};
+use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, KvRows, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
 const ROW_TILE: usize = 16;
@@ -22,6 +23,9 @@ const SMALL_BATCH: usize = 4;
 /// Query and key block sizes of the attention kernel.
 const ATT_QB: usize = 32;
 const ATT_KB: usize = 256;
+/// Rows of a narrower KV type the decode kernel converts at a time (32 rows
+/// of 256 values: 32 KiB of f32).
+const DECODE_SUB: usize = 32;
 
 /// How the CPU backend feeds activations to the quantized matrix products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -675,6 +679,42 @@ pub(crate) fn delta_all_heads(
     }
 }
 
+/// Room for one chunk of one head's rows as f32, when the table is stored
+/// in a narrower type (f32 is read in place: no buffer).
+fn chunk_buf(t: &[KvRows<'_>], hd: usize) -> Vec<f32> {
+    match t.first() {
+        Some(KvRows::F32(_)) | None => Vec::new(),
+        Some(_) => vec![0f32; ATT_KB * hd],
+    }
+}
+
+/// Rows `j < nk` of one KV head, row `j` starting at value `base + j ·
+/// stride` of a block, as f32 with their stride: f32 in place, any other
+/// type converted into `buf` (one chunk at a time: the cache is never
+/// widened as a whole).
+#[inline]
+fn kv_chunk<'a>(
+    src: KvRows<'a>,
+    base: usize,
+    stride: usize,
+    nk: usize,
+    hd: usize,
+    buf: &'a mut Vec<f32>,
+) -> (&'a [f32], usize) {
+    match src {
+        KvRows::F32(x) => (&x[base..], stride),
+        _ => {
+            if buf.len() < nk * hd {
+                buf.resize(nk * hd, 0.0);
+            }
+            for (j, r) in buf[..nk * hd].chunks_exact_mut(hd).enumerate() {
+                decode(src, base + j * stride, r);
+            }
+            (&buf[..nk * hd], hd)
+        }
+    }
+}
+
 /// Causal attention of one query head over query tokens `t0..t1`; returns
 /// `[(t1 - t0), head_dim]`. Online softmax over key blocks: scores of a key
 /// block against a transposed copy of it, exp with max-subtraction, f64 sums.
@@ -695,6 +735,7 @@ fn attn_block(
     let mut scores = vec![0f32; ATT_KB];
     let mut kt = vec![0f32; hd * ATT_KB];
     let mut qs = vec![0f32; hd];
+    let (mut kbuf, mut vbuf) = (chunk_buf(kv.k, hd), chunk_buf(kv.v, hd));
     let n_keys = s.pos0 + t1; // keys visible to the last query
     let mut k0 = 0;
     while k0 < n_keys {
@@ -702,16 +743,16 @@ fn attn_block(
         // ATT_KB long the chunks (and so the sums) are those of one
         // contiguous cache.
         let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
-        let (kb, vb) = (kv.k[b], kv.v[b]);
-        let row = |j: usize| {
-            ((off + j) * s.n_head_kv + kvh) * hd..((off + j) * s.n_head_kv + kvh + 1) * hd
-        };
+        let stride = s.n_head_kv * hd;
+        let base = (off * s.n_head_kv + kvh) * hd;
         let nk = k1 - k0;
+        let (kr, ks) = kv_chunk(kv.k[b], base, stride, nk, hd, &mut kbuf);
         for j in 0..nk {
-            for (d, &x) in kb[row(j)].iter().enumerate() {
+            for (d, &x) in kr[j * ks..j * ks + hd].iter().enumerate() {
                 kt[d * nk + j] = x;
             }
         }
+        let (vr, vs) = kv_chunk(kv.v[b], base, stride, nk, hd, &mut vbuf);
         for qi in 0..nq {
             let t = t0 + qi;
             let last = (s.pos0 + t + 1).min(k1); // exclusive
@@ -734,9 +775,7 @@ fn attn_block(
             }
             mx[qi] = m_new;
             sum[qi] += exp_sub_sum(sc, m_new);
-            let stride = s.n_head_kv * hd;
-            let base = row(0).start;
-            axpy_rows(o, sc, &vb[base..], stride);
+            axpy_rows(o, sc, vr, vs);
         }
         k0 = k1;
     }
@@ -767,12 +806,26 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) ->
         .iter()
         .map(|x| x * s.scale)
         .collect();
+    let (mut kbuf, mut vbuf) = (chunk_buf(kv.k, hd), chunk_buf(kv.v, hd));
     let mut k0 = 0;
     while k0 < n_keys {
         let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
         let base = off * stride + kvh * hd;
         let nk = k1 - k0;
-        scores_group(&qs, hd, &kv.k[b][base..], stride, nk, &mut scores, ATT_KB);
+        // A stored type is converted SUB rows at a time, so the rows
+        // converted stay in cache (f32 is read in place, the whole chunk
+        // at once). Scores are per key and each output element takes the
+        // same operations in the same order either way.
+        let sub = |t: &KvRows<'_>| match t {
+            KvRows::F32(_) => nk,
+            _ => DECODE_SUB,
+        };
+        let ksub = sub(&kv.k[b]);
+        for j0 in (0..nk).step_by(ksub) {
+            let m = ksub.min(nk - j0);
+            let (kr, ks) = kv_chunk(kv.k[b], base + j0 * stride, stride, m, hd, &mut kbuf);
+            scores_group(&qs, hd, kr, ks, m, &mut scores[j0..], ATT_KB);
+        }
         for h in 0..g {
             let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
             let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -785,7 +838,15 @@ fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) ->
             }
             mx[h] = m_new;
             sum[h] += exp_sub_sum(sc, m_new);
-            axpy_rows(o, sc, &kv.v[b][base..], stride);
+        }
+        let vsub = sub(&kv.v[b]);
+        for j0 in (0..nk).step_by(vsub) {
+            let m = vsub.min(nk - j0);
+            let (vr, vs) = kv_chunk(kv.v[b], base + j0 * stride, stride, m, hd, &mut vbuf);
+            for h in 0..g {
+                let sc = &scores[h * ATT_KB + j0..h * ATT_KB + j0 + m];
+                axpy_rows(&mut out[h * hd..(h + 1) * hd], sc, vr, vs);
+            }
         }
         k0 = k1;
     }
@@ -1407,8 +1468,8 @@ mod tests {
 
     /// Keys and values cut into blocks of `bt` positions (`usize::MAX`: one).
     struct KvTable<'a> {
-        k: Vec<&'a [f32]>,
-        v: Vec<&'a [f32]>,
+        k: Vec<KvRows<'a>>,
+        v: Vec<KvRows<'a>>,
         bt: usize,
     }
 
@@ -1425,9 +1486,106 @@ mod tests {
     fn kv_table<'a>(k: &'a [f32], v: &'a [f32], row: usize, bt: usize) -> KvTable<'a> {
         let n = bt.saturating_mul(row).min(k.len());
         KvTable {
-            k: k.chunks(n).collect(),
-            v: v.chunks(n).collect(),
+            k: k.chunks(n).map(KvRows::F32).collect(),
+            v: v.chunks(n).map(KvRows::F32).collect(),
             bt,
+        }
+    }
+
+    /// Each stored type: attention over the typed blocks (converted chunk
+    /// by chunk inside the kernel) equals, bit for bit, attention over the
+    /// same values widened to f32 beforehand; decode and prefill, keys and
+    /// values of different types, blocks of 256.
+    #[test]
+    fn typed_kv_attention_matches_widened_f32() {
+        use crate::kvtype::{KvData, KvType};
+        let be = backend();
+        let (nh, nkv, hd) = (16, 2, 64);
+        let row = nkv * hd;
+        for (pos0, t) in [(2 * ATT_KB + 37, 1), (300, 70)] {
+            let mut r = Rng(23 + t as u64);
+            let q = r.vec(t * nh * hd);
+            let k: Vec<f32> = r.vec((pos0 + t) * row).iter().map(|x| 3.0 * x).collect();
+            let v = r.vec((pos0 + t) * row);
+            let s = AttnShape {
+                n_tok: t,
+                pos0,
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: hd,
+                scale: 0.125,
+            };
+            let pairs = [
+                (KvType::F16, KvType::F16),
+                (KvType::Bf16, KvType::Bf16),
+                (KvType::Q8_0, KvType::Q8_0),
+                (KvType::Q8_0, KvType::F16),
+                (KvType::F32, KvType::Q8_0),
+            ];
+            for (tk, tv) in pairs {
+                let store = |x: &[f32], ty: KvType| -> Vec<KvData> {
+                    x.chunks(256 * row)
+                        .map(|c| {
+                            let mut d = KvData::with_capacity(ty, c.len());
+                            d.push(c);
+                            d
+                        })
+                        .collect()
+                };
+                let (dk, dv) = (store(&k, tk), store(&v, tv));
+                let widen = |d: &[KvData]| -> Vec<f32> {
+                    d.iter()
+                        .flat_map(|b| {
+                            let mut o = vec![0f32; b.len()];
+                            decode(b.rows(), 0, &mut o);
+                            o
+                        })
+                        .collect()
+                };
+                let (wk, wv) = (widen(&dk), widen(&dv));
+                let wide = kv_table(&wk, &wv, row, 256);
+                let mut want = vec![0f32; t * nh * hd];
+                be.attention(&s, &q, &wide.view(), &mut want);
+                let (kr, vr): (Vec<KvRows>, Vec<KvRows>) = (
+                    dk.iter().map(|b| b.rows()).collect(),
+                    dv.iter().map(|b| b.rows()).collect(),
+                );
+                let typed = KvBlocks {
+                    k: &kr,
+                    v: &vr,
+                    block_tokens: 256,
+                };
+                let mut got = vec![0f32; t * nh * hd];
+                be.attention(&s, &q, &typed, &mut got);
+                assert_eq!(got, want, "{tk}/{tv}, {t} queries");
+                // And close to the exact values (the types' rounding).
+                if tk != KvType::F32 || tv != KvType::F32 {
+                    check_attention_tol(&got, &q, &k, &v, (nh, nkv, hd), (pos0, 0.125), 0.05);
+                }
+            }
+        }
+    }
+
+    fn check_attention_tol(
+        out: &[f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        (nh, nkv, hd): (usize, usize, usize),
+        (pos0, scale): (usize, f64),
+        tol: f64,
+    ) {
+        let t = out.len() / (nh * hd);
+        for tt in [0, t - 1] {
+            for h in 0..nh {
+                let kv = h / (nh / nkv);
+                let qv = &q[(tt * nh + h) * hd..][..hd];
+                let want = naive_attention(qv, k, v, nkv, kv, pos0 + tt + 1, scale);
+                for dd in 0..hd {
+                    let got = out[(tt * nh + h) * hd + dd] as f64;
+                    assert!((got - want[dd]).abs() < tol, "t{tt} h{h} d{dd}");
+                }
+            }
         }
     }
 

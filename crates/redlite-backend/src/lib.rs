@@ -19,9 +19,11 @@ use redlite_quant::{DequantFn, DotFn};
 
 pub mod cpu;
 pub mod delta;
+pub mod kvtype;
 pub mod simd;
 
 pub use cpu::{Activations, CpuBackend, CpuError, CpuOptions};
+pub use kvtype::{KvData, KvRows, KvType, KvTypes};
 
 /// Chunk length of the chunked delta rule (the reference in [`cpu`] and the
 /// blocked products of [`delta`] both cut the tokens at this length).
@@ -162,11 +164,13 @@ pub struct AttnShape {
 /// (i + 1) * block_tokens` (the last one may hold fewer), each position a
 /// row `[n_head_kv, head_dim]`, keys and values in separate tables. The
 /// table is addressed by block index only, so a device can keep the same
-/// layout as a table of indices into its own block pool.
+/// layout as a table of indices into its own block pool. Elements are
+/// stored as [`KvRows`] (f32, f16, bf16 or q8_0, keys and values each of
+/// one type); the kernel converts a chunk of rows at a time.
 #[derive(Clone, Copy, Debug)]
 pub struct KvBlocks<'a> {
-    pub k: &'a [&'a [f32]],
-    pub v: &'a [&'a [f32]],
+    pub k: &'a [KvRows<'a>],
+    pub v: &'a [KvRows<'a>],
     /// Positions per block (the same for every block; at least 1).
     pub block_tokens: usize,
 }

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]

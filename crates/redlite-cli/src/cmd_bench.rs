@@ -403,8 +403,10 @@ pub fn run(args: Args) -> Result<()> {
         model.device_name()
     } else {
         format!(
-            "{isa}, {activations} activations ({:?})",
-            redlite_quant::q16::level()
+            "{isa}, {activations} activations ({:?}), KV cache K {} V {}",
+            redlite_quant::q16::level(),
+            args.load.cache_type_k,
+            args.load.cache_type_v
         )
     };
     eprintln!(
@@ -592,6 +594,8 @@ pub fn run(args: Args) -> Result<()> {
             "redlite_rss_after_load_bytes": loaded.rss_bytes,
             "redlite_isa": isa,
             "redlite_activations": activations,
+            "redlite_cache_type_k": args.load.cache_type_k.name(),
+            "redlite_cache_type_v": args.load.cache_type_v.name(),
             "redlite_q16_level": format!("{:?}", redlite_quant::q16::level()),
             "redlite_fill_state": fill,
         });
@@ -675,7 +679,10 @@ pub fn run(args: Args) -> Result<()> {
     let backend = if on_gpu {
         model.device_name()
     } else {
-        format!("CPU ({isa}, {activations})")
+        format!(
+            "CPU ({isa}, {activations}, KV {}/{})",
+            args.load.cache_type_k, args.load.cache_type_v
+        )
     };
     for (kind, n, s, v) in &tests {
         let (avg, sd) = s.ts();

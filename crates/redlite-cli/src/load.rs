@@ -64,6 +64,26 @@ pub struct LoadArgs {
         env = "REDLITE_ISA"
     )]
     pub isa: Option<redlite_quant::Isa>,
+    /// Element type of the KV cache's keys (as llama.cpp's --cache-type-k, also `-ctk`):
+    /// `f32` (the default: exact), `f16`, `bf16` or `q8_0` (32 values and an f16 scale,
+    /// 8.5 bits a value). f16/bf16 halve the cache, q8_0 takes 27%; README.md gives the
+    /// quality of each. CPU only for now.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "f32",
+        help_heading = "Kernels"
+    )]
+    pub cache_type_k: redlite_model::KvType,
+    /// Element type of the KV cache's values (as llama.cpp's --cache-type-v, also `-ctv`):
+    /// the same types as --cache-type-k.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "f32",
+        help_heading = "Kernels"
+    )]
+    pub cache_type_v: redlite_model::KvType,
     /// Stream the routed experts from the GGUF file on demand through a cache of SIZE bytes
     /// instead of keeping them all in memory (e.g. `4GiB`, `512MiB`, `1.5G`; K/M/G/T and
     /// KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000). Each layer's missing experts
@@ -454,6 +474,13 @@ pub fn load_model_observed(
             }
         }
     }
+    let kv = redlite_model::KvTypes {
+        k: args.cache_type_k,
+        v: args.cache_type_v,
+    };
+    model
+        .set_kv_types(kv)
+        .with_context(|| format!("--cache-type-k {} --cache-type-v {}", kv.k, kv.v))?;
     Ok(Loaded {
         model,
         threads,

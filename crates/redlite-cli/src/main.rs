@@ -57,8 +57,19 @@ enum Command {
     Eval(cmd_eval::Args),
 }
 
+/// llama.cpp's multi-letter short flags, spelled as this command line's
+/// long ones (clap's short flags are one letter).
+fn llama_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| match a.to_str() {
+        Some("-ctk") => "--cache-type-k".into(),
+        Some("-ctv") => "--cache-type-v".into(),
+        _ => a,
+    })
+    .collect()
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a),

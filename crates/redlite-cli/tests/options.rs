@@ -191,6 +191,70 @@ fn bench_reports_the_kernel_settings_and_bad_values_are_refused() {
     }
 }
 
+/// `--cache-type-k` / `--cache-type-v` (and llama.cpp's `-ctk` / `-ctv`)
+/// reach the KV cache: the short and long spellings give the same bits,
+/// each narrower type moves the logits a little (within the types'
+/// rounding of the exact reference), `f32` is the default bit for bit,
+/// `bench` names the types, and a type this build lacks is refused.
+#[test]
+fn cache_types_reach_the_kv_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = prompt_ids("prose");
+    let exact = redlite_testkit::read_npz(&redlite_testkit::fixture("exact-Q4_K_M.npz"));
+    let want = &exact["prose"].data;
+    let f32a = ["--f32-activations"];
+    let base = logits(dir.path(), &ids, &f32a, &[]);
+    let explicit = logits(
+        dir.path(),
+        &ids,
+        &["--f32-activations", "--cache-type-k", "f32", "-ctv", "f32"],
+        &[],
+    );
+    assert!(bits(&explicit) == bits(&base), "f32 is the default");
+    for t in ["f16", "bf16", "q8_0"] {
+        let long = logits(
+            dir.path(),
+            &ids,
+            &[
+                "--f32-activations",
+                "--cache-type-k",
+                t,
+                "--cache-type-v",
+                t,
+            ],
+            &[],
+        );
+        let short = logits(
+            dir.path(),
+            &ids,
+            &["--f32-activations", "-ctk", t, "-ctv", t],
+            &[],
+        );
+        assert!(bits(&long) == bits(&short), "{t}: -ctk/-ctv differ");
+        assert!(bits(&long) != bits(&base), "{t}: changed nothing");
+        let d = max_abs(&long, want);
+        println!("KV {t}: max |Δ| {d:.2e} from exact");
+        assert!(d <= 5e-2, "KV {t}: max |Δ| {d} from exact");
+    }
+    let model = redlite_testkit::fixture(MODEL);
+    let model = model.to_str().unwrap();
+    let args = [
+        "bench", model, "--device", "cpu", "-p", "8", "-n", "2", "-r", "1", "-t", "1", "-ctk",
+        "q8_0", "-ctv", "f16",
+    ];
+    let se = ok(&redlite_env(&args, &[])).1;
+    assert!(se.contains("KV cache K q8_0 V f16"), "{se}");
+    let out = redlite_env(
+        &[
+            "bench", model, "--device", "cpu", "-p", "8", "-n", "0", "-ctk", "q4_0",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "q4_0 was accepted");
+    assert!(err.contains("not a KV cache type"), "{err}");
+}
+
 /// `setup-pi` writes into `--dir`, else `$PI_CODING_AGENT_DIR`, else
 /// `$HOME/.pi/agent`.
 #[test]

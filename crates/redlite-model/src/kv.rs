@@ -18,13 +18,15 @@
 //! index: a device backend can keep the same table as indices into its own
 //! pool of device blocks.
 //!
-//! The elements of a block live behind [`KvElems`] (f32 today), the one
-//! place a narrower element type would change.
+//! The elements of a block are stored in the cache's [`KvTypes`] (f32,
+//! f16, bf16 or q8_0 for keys and values each, [`KvData`]): rows are
+//! converted when appended, and the attention kernel converts them back a
+//! chunk at a time as it reads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use redlite_backend::KvBlocks;
+use redlite_backend::{KvBlocks, KvData, KvRows, KvTypes};
 
 /// Positions per KV block: a multiple of the CPU attention kernel's key
 /// chunk, so attention over blocks sums exactly as over one array.
@@ -36,62 +38,14 @@ fn next_id() -> u64 {
     NEXT_BLOCK_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The element storage of one block's keys or values: rows of
-/// `[n_head_kv, head_dim]` f32 values.
-#[derive(Debug, Default)]
-pub(crate) struct KvElems(Vec<f32>);
-
-impl KvElems {
-    fn with_capacity(n: usize) -> KvElems {
-        KvElems(Vec::with_capacity(n))
-    }
-
-    /// The values as f32, in place.
-    pub(crate) fn as_f32(&self) -> &[f32] {
-        &self.0
-    }
-
-    pub(crate) fn as_f32_mut(&mut self) -> &mut [f32] {
-        &mut self.0
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn push(&mut self, x: &[f32]) {
-        self.0.extend_from_slice(x);
-    }
-
-    fn resize(&mut self, n: usize) {
-        self.0.resize(n, 0.0);
-    }
-
-    fn truncate(&mut self, n: usize) {
-        self.0.truncate(n);
-    }
-
-    /// A copy of the first `n` values with room for `cap`.
-    fn copy(&self, n: usize, cap: usize) -> KvElems {
-        let mut e = KvElems::with_capacity(cap.max(n));
-        e.0.extend_from_slice(&self.0[..n]);
-        e
-    }
-
-    /// Bytes of the values held.
-    fn bytes(&self) -> usize {
-        self.0.len() * std::mem::size_of::<f32>()
-    }
-}
-
 /// Up to [`KV_BLOCK_TOKENS`] positions of one layer's keys and values.
 #[derive(Debug)]
 pub(crate) struct KvBlock {
     id: u64,
     /// Values of keys (or values) in a whole block.
     full: usize,
-    pub(crate) k: KvElems,
-    pub(crate) v: KvElems,
+    pub(crate) k: KvData,
+    pub(crate) v: KvData,
 }
 
 impl Clone for KvBlock {
@@ -118,19 +72,34 @@ impl KvBlock {
 pub struct KvCache {
     /// Values per position (`n_head_kv * head_dim`).
     row: usize,
+    /// Element types of keys and values.
+    types: KvTypes,
     /// Positions held.
     len: usize,
     blocks: Vec<Arc<KvBlock>>,
 }
 
 impl KvCache {
-    /// An empty cache of rows of `row` values.
+    /// An empty f32 cache of rows of `row` values.
     pub fn new(row: usize) -> KvCache {
+        KvCache::with_types(row, KvTypes::default())
+    }
+
+    /// An empty cache of rows of `row` values stored as `types` (q8_0 needs
+    /// rows of whole 32-value blocks: see [`redlite_backend::KvType::fits_row`]).
+    pub fn with_types(row: usize, types: KvTypes) -> KvCache {
+        debug_assert!(types.k.fits_row(row) && types.v.fits_row(row));
         KvCache {
             row,
+            types,
             len: 0,
             blocks: Vec::new(),
         }
+    }
+
+    /// Element types of keys and values.
+    pub fn types(&self) -> KvTypes {
+        self.types
     }
 
     /// Positions held.
@@ -147,7 +116,7 @@ impl KvCache {
         self.row
     }
 
-    /// Bytes of the keys and values held (positions × row × 2 × 4).
+    /// Bytes of the keys and values held (positions × row in each type).
     pub fn bytes(&self) -> usize {
         self.blocks.iter().map(|b| b.bytes()).sum()
     }
@@ -172,8 +141,8 @@ impl KvCache {
                 self.blocks.push(Arc::new(KvBlock {
                     id: next_id(),
                     full: KV_BLOCK_TOKENS * row,
-                    k: KvElems::with_capacity(KV_BLOCK_TOKENS * row),
-                    v: KvElems::with_capacity(KV_BLOCK_TOKENS * row),
+                    k: KvData::with_capacity(self.types.k, KV_BLOCK_TOKENS * row),
+                    v: KvData::with_capacity(self.types.v, KV_BLOCK_TOKENS * row),
                 }));
             }
             let take = (KV_BLOCK_TOKENS - off).min(n - done);
@@ -232,47 +201,54 @@ impl KvCache {
         fill: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
     ) {
         use rayon::prelude::*;
-        let row = self.row;
-        let mut blocks: Vec<KvBlock> = (0..pos.div_ceil(KV_BLOCK_TOKENS))
+        let (row, types) = (self.row, self.types);
+        let blocks: Vec<Arc<KvBlock>> = (0..pos.div_ceil(KV_BLOCK_TOKENS))
+            .into_par_iter()
             .map(|i| {
                 let n = (pos - i * KV_BLOCK_TOKENS).min(KV_BLOCK_TOKENS) * row;
-                let mut k = KvElems::with_capacity(KV_BLOCK_TOKENS * row);
-                let mut v = KvElems::with_capacity(KV_BLOCK_TOKENS * row);
-                k.resize(n);
-                v.resize(n);
-                KvBlock {
+                let full = KV_BLOCK_TOKENS * row;
+                let (mut k, mut v) = (vec![0f32; n], vec![0f32; n]);
+                fill(i, &mut k, &mut v);
+                Arc::new(KvBlock {
                     id: next_id(),
-                    full: KV_BLOCK_TOKENS * row,
-                    k,
-                    v,
-                }
+                    full,
+                    k: KvData::from_f32(types.k, k, full),
+                    v: KvData::from_f32(types.v, v, full),
+                })
             })
             .collect();
-        blocks.par_iter_mut().enumerate().for_each(|(i, b)| {
-            fill(i, b.k.as_f32_mut(), b.v.as_f32_mut());
-        });
-        self.blocks = blocks.into_iter().map(Arc::new).collect();
+        self.blocks = blocks;
         self.len = pos;
     }
 
     /// The block tables the attention kernel reads, covering every position
     /// held: (keys, values).
-    pub(crate) fn tables(&self) -> (Vec<&[f32]>, Vec<&[f32]>) {
+    pub(crate) fn tables(&self) -> (Vec<KvRows<'_>>, Vec<KvRows<'_>>) {
         (
-            self.blocks.iter().map(|b| b.k.as_f32()).collect(),
-            self.blocks.iter().map(|b| b.v.as_f32()).collect(),
+            self.blocks.iter().map(|b| b.k.rows()).collect(),
+            self.blocks.iter().map(|b| b.v.rows()).collect(),
         )
     }
 
-    /// All keys and values in position order (for tests and statistics).
+    /// All keys and values in position order, as f32 (for tests and
+    /// statistics).
     pub fn to_vecs(&self) -> (Vec<f32>, Vec<f32>) {
+        let widen = |t: Vec<KvRows<'_>>| -> Vec<f32> {
+            let mut out = Vec::with_capacity(self.len * self.row);
+            for r in t {
+                let at = out.len();
+                out.resize(at + r.len(), 0.0);
+                redlite_backend::kvtype::decode(r, 0, &mut out[at..]);
+            }
+            out
+        };
         let (k, v) = self.tables();
-        (k.concat(), v.concat())
+        (widen(k), widen(v))
     }
 }
 
 /// The kernel's view of [`KvCache::tables`].
-pub(crate) fn view<'a>(k: &'a [&'a [f32]], v: &'a [&'a [f32]]) -> KvBlocks<'a> {
+pub(crate) fn view<'a>(k: &'a [KvRows<'a>], v: &'a [KvRows<'a>]) -> KvBlocks<'a> {
     KvBlocks {
         k,
         v,
@@ -283,6 +259,7 @@ pub(crate) fn view<'a>(k: &'a [&'a [f32]], v: &'a [&'a [f32]]) -> KvBlocks<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redlite_backend::KvType;
     use std::collections::HashMap;
 
     fn rows(seed: u32, n: usize, row: usize) -> Vec<f32> {
@@ -302,23 +279,52 @@ mod tests {
         seen.values().sum()
     }
 
+    /// `x` as stored in `ty` and read back (rows of whole q8_0 blocks).
+    fn stored(ty: KvType, x: &[f32]) -> Vec<f32> {
+        let mut d = KvData::with_capacity(ty, x.len());
+        d.push(x);
+        let mut o = vec![0f32; x.len()];
+        redlite_backend::kvtype::decode(d.rows(), 0, &mut o);
+        o
+    }
+
     /// Appends, truncations, forks and snapshots against a plain `Vec`
-    /// reference: same contents, writes to one copy never seen by another.
+    /// reference, for every element type (keys and values of different
+    /// types too): same contents, writes to one copy never seen by another,
+    /// bytes as the types say.
     #[test]
     fn blocks_match_a_plain_vec() {
-        let row = 6;
-        let mut c = KvCache::new(row);
+        let mut kinds: Vec<KvTypes> = KvType::ALL
+            .iter()
+            .map(|&t| KvTypes { k: t, v: t })
+            .collect();
+        kinds.push(KvTypes {
+            k: KvType::Q8_0,
+            v: KvType::F16,
+        });
+        for types in kinds {
+            let row = if types == KvTypes::default() { 6 } else { 64 };
+            blocks_match_a_plain_vec_of(types, row);
+        }
+    }
+
+    fn blocks_match_a_plain_vec_of(types: KvTypes, row: usize) {
+        let mut c = KvCache::with_types(row, types);
         let (mut rk, mut rv) = (Vec::new(), Vec::new());
         let mut saved: Vec<(KvCache, Vec<f32>, Vec<f32>)> = Vec::new();
         let steps = [1usize, 7, 255, 1, 300, 2, 513, 40, 1, 1];
         for (i, &n) in steps.iter().enumerate() {
             let (k, v) = (rows(i as u32, n, row), rows(!(i as u32), n, row));
             c.append(&k, &v);
-            rk.extend_from_slice(&k);
-            rv.extend_from_slice(&v);
+            rk.extend_from_slice(&stored(types.k, &k));
+            rv.extend_from_slice(&stored(types.v, &v));
             assert_eq!(c.len(), rk.len() / row);
-            assert_eq!(c.to_vecs(), (rk.clone(), rv.clone()), "after step {i}");
-            assert_eq!(c.bytes(), 2 * rk.len() * 4);
+            assert_eq!(
+                c.to_vecs(),
+                (rk.clone(), rv.clone()),
+                "{types:?} after step {i}"
+            );
+            assert_eq!(c.bytes(), types.k.bytes(rk.len()) + types.v.bytes(rv.len()));
             if i % 3 == 1 {
                 saved.push((c.snapshot(), rk.clone(), rv.clone()));
             }
@@ -333,6 +339,7 @@ mod tests {
         }
         for (j, (s, k, v)) in saved.iter().enumerate() {
             assert_eq!(&s.to_vecs(), &(k.clone(), v.clone()), "snapshot {j}");
+            assert_eq!(s.bytes(), types.k.bytes(k.len()) + types.v.bytes(v.len()));
             // A resumed copy writes without touching the snapshot.
             let mut r = s.clone();
             r.append(&rows(99, 3, row), &rows(98, 3, row));
@@ -397,14 +404,21 @@ mod tests {
         assert_eq!(k.len(), 3);
         assert_eq!(k[0].len(), KV_BLOCK_TOKENS * row);
         assert_eq!(v[2].len(), 5 * row);
-        let mut f = KvCache::new(row);
-        f.fill(n, |i, k, v| {
-            k.fill(i as f32);
-            v.fill(-(i as f32));
-        });
-        assert_eq!(f.len(), n);
-        let (fk, _) = f.to_vecs();
-        assert_eq!(fk.len(), n * row);
-        assert_eq!(fk[KV_BLOCK_TOKENS * row], 1.0);
+        for ty in KvType::ALL {
+            let row = 32;
+            let mut f = KvCache::with_types(row, KvTypes { k: ty, v: ty });
+            f.fill(n, |i, k, v| {
+                k.fill(i as f32);
+                v.fill(-(i as f32));
+            });
+            assert_eq!(f.len(), n);
+            assert_eq!(f.bytes(), 2 * ty.bytes(n * row));
+            let (fk, fv) = f.to_vecs();
+            assert_eq!(fk.len(), n * row);
+            // q8_0 stores 127 steps of f16(amax / 127): within 1e-3.
+            assert!((fk[KV_BLOCK_TOKENS * row] - 1.0).abs() < 1e-3, "{ty}");
+            assert!((fv[2 * KV_BLOCK_TOKENS * row] + 2.0).abs() < 1e-3, "{ty}");
+            assert_eq!(fk[0], 0.0);
+        }
     }
 }

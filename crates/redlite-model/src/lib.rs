@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redlite_backend::{Backend, CpuBackend};
+pub use redlite_backend::{KvType, KvTypes};
 pub use redlite_gguf::LoadOptions;
 use redlite_gguf::{GgufError, GgufFile};
 
@@ -153,6 +154,8 @@ pub struct Model {
     /// The device the forward pass runs on, when not the CPU backend: the
     /// one field the execution seam dispatches on.
     device: Option<Arc<dyn DeviceForward>>,
+    /// Element types of the host KV caches of new states.
+    kv_types: KvTypes,
 }
 
 /// Where a model's weights live: resident (mapped and brought in) or
@@ -291,6 +294,7 @@ impl Model {
             backend,
             expert_cache: None,
             device: None,
+            kv_types: KvTypes::default(),
         })
     }
 
@@ -312,6 +316,40 @@ impl Model {
     /// metadata; the device holds its own copy of the weights.
     pub fn attach_device(&mut self, device: Arc<dyn DeviceForward>) {
         self.device = Some(device);
+    }
+
+    /// Store the KV caches of states made from now on as `kv` (f32, the
+    /// default, is exact). A device keeps f32 for now: other types are
+    /// refused once a device is attached; q8_0 needs KV rows (`n_head_kv ·
+    /// head_dim`) of whole 32-value blocks.
+    pub fn set_kv_types(&mut self, kv: KvTypes) -> Result<(), ModelError> {
+        if let Some(d) = &self.device {
+            if kv != KvTypes::default() {
+                return Err(ModelError::Input(format!(
+                    "KV cache type {}/{} (keys/values): {} keeps its KV cache in f32 for now \
+                     (use --cache-type-k f32 --cache-type-v f32, or --device cpu)",
+                    kv.k,
+                    kv.v,
+                    d.name()
+                )));
+            }
+        }
+        let row = self.config.n_head_kv * self.config.head_dim;
+        for (what, ty) in [("keys", kv.k), ("values", kv.v)] {
+            if !ty.fits_row(row) {
+                return Err(ModelError::Input(format!(
+                    "KV cache type {ty} for {what}: a KV row of {row} values (n_head_kv · \
+                     head_dim) is not a whole number of 32-value blocks"
+                )));
+            }
+        }
+        self.kv_types = kv;
+        Ok(())
+    }
+
+    /// Element types of the host KV caches of new states.
+    pub fn kv_types(&self) -> KvTypes {
+        self.kv_types
     }
 
     /// The device the forward pass runs on, if not the CPU.
@@ -337,7 +375,7 @@ impl Model {
     /// empty KV cache), on the model's device.
     pub fn new_state(&self) -> State {
         match &self.device {
-            None => State::Cpu(CpuState::new(&self.config)),
+            None => State::Cpu(CpuState::with_kv_types(&self.config, self.kv_types)),
             Some(d) => State::Device(d.new_state()),
         }
     }
@@ -346,7 +384,12 @@ impl Model {
     /// magnitude ([`CpuState::fill_random`]), on the model's device.
     pub fn random_state(&self, pos: usize, seed: u64) -> Result<State, ModelError> {
         match &self.device {
-            None => Ok(State::fill_random(&self.config, pos, seed)),
+            None => Ok(State::fill_random_kv(
+                &self.config,
+                self.kv_types,
+                pos,
+                seed,
+            )),
             Some(d) => Ok(State::Device(d.fill_random(pos, seed)?)),
         }
     }

@@ -17,7 +17,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use redlite_backend::{Backend, DeltaInputs};
+use redlite_backend::{Backend, DeltaInputs, KvTypes};
 
 use crate::config::Config;
 use crate::kv::KvCache;
@@ -86,6 +86,11 @@ impl State {
     /// magnitude ([`CpuState::fill_random`]).
     pub fn fill_random(c: &Config, pos: usize, seed: u64) -> State {
         State::Cpu(CpuState::fill_random(c, pos, seed))
+    }
+
+    /// [`State::fill_random`] with KV caches stored as `kv`.
+    pub fn fill_random_kv(c: &Config, kv: KvTypes, pos: usize, seed: u64) -> State {
+        State::Cpu(CpuState::fill_random_kv(c, kv, pos, seed))
     }
 
     /// Root mean square of the state's parts: (conv windows, recurrent
@@ -172,8 +177,14 @@ pub struct CpuState {
 }
 
 impl CpuState {
-    /// Position 0: zero conv and recurrent states, empty KV caches.
+    /// Position 0: zero conv and recurrent states, empty f32 KV caches.
     pub fn new(c: &Config) -> CpuState {
+        CpuState::with_kv_types(c, KvTypes::default())
+    }
+
+    /// [`CpuState::new`] with KV caches stored as `kv` (checked by
+    /// [`crate::Model::set_kv_types`]).
+    pub fn with_kv_types(c: &Config, kv: KvTypes) -> CpuState {
         let layers = c
             .recurrent
             .iter()
@@ -184,7 +195,7 @@ impl CpuState {
                         ssm: vec![0.0; c.ssm_h_v * c.ssm_d_v * c.ssm_d_k],
                     }
                 } else {
-                    LayerState::Attention(KvCache::new(c.n_head_kv * c.head_dim))
+                    LayerState::Attention(KvCache::with_types(c.n_head_kv * c.head_dim, kv))
                 }
             })
             .collect();
@@ -208,7 +219,13 @@ impl CpuState {
     /// builds. The logits that follow
     /// mean nothing; only the cost of the step is realistic.
     pub fn fill_random(c: &Config, pos: usize, seed: u64) -> CpuState {
-        let mut st = CpuState::new(c);
+        CpuState::fill_random_kv(c, KvTypes::default(), pos, seed)
+    }
+
+    /// [`CpuState::fill_random`] with KV caches stored as `kv` (the same
+    /// numbers, rounded to the types).
+    pub fn fill_random_kv(c: &Config, kv: KvTypes, pos: usize, seed: u64) -> CpuState {
+        let mut st = CpuState::with_kv_types(c, kv);
         for (il, l) in st.layers.iter_mut().enumerate() {
             // One stream per (layer, part): the same numbers whatever the
             // thread count.
@@ -249,9 +266,9 @@ impl CpuState {
                     add(1, ssm);
                 }
                 LayerState::Attention(kv) => {
-                    let (k, v) = kv.tables();
-                    k.iter().for_each(|b| add(2, b));
-                    v.iter().for_each(|b| add(3, b));
+                    let (k, v) = kv.to_vecs();
+                    add(2, &k);
+                    add(3, &v);
                 }
             }
         }

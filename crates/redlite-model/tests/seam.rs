@@ -262,3 +262,20 @@ fn states_and_trails_of_the_other_form_are_refused() {
     c.rollback(&ct, 1).expect("cpu rollback");
     assert_eq!((c.pos(), d.pos()), (4, 4));
 }
+
+/// A device keeps an f32 KV cache for now: a narrower type is refused by
+/// name, f32 is accepted.
+#[test]
+fn a_device_model_refuses_narrow_kv_types() {
+    use redlite_model::{KvType, KvTypes};
+    let (mut cpu, mut on_dev, _) = pair();
+    let q8 = KvTypes {
+        k: KvType::Q8_0,
+        v: KvType::F16,
+    };
+    let e = on_dev.set_kv_types(q8).expect_err("a device with q8_0");
+    assert!(e.to_string().contains("q8_0/f16"), "{e}");
+    on_dev.set_kv_types(KvTypes::default()).expect("f32");
+    cpu.set_kv_types(q8).expect("the CPU takes it");
+    assert_eq!(cpu.kv_types(), q8);
+}
