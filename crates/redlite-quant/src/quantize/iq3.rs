@@ -193,6 +193,57 @@ impl Grid3 {
     }
 }
 
+impl Grid3 {
+    /// ggml's scale search of IQ3_XXS and IQ3_S over 32 values: for each
+    /// trial inverse scale `(2 K_MAX_Q - 1 + 0.2 is) / max`, `is` in
+    /// `-steps..=steps`, the eight groups of four are put on the grid
+    /// (levels into `laux`) and the weighted least-squares scale kept when
+    /// it is better (its levels copied to `l`). Returns the scale and which
+    /// groups landed on the grid; `on_grid0` is what ggml starts those flags
+    /// at, and they stand when no trial wins.
+    #[allow(clippy::too_many_arguments)]
+    fn search_scale(
+        &self,
+        steps: i32,
+        max: f32,
+        xval: &[f32; 32],
+        waux: &[f32; 32],
+        weight: &[f32; 32],
+        laux: &mut [i8; 32],
+        l: &mut [i8; 32],
+        on_grid0: bool,
+    ) -> (f32, [bool; 8]) {
+        let mut best = 0.0f32;
+        let mut scale = max / (2 * K_MAX_Q - 1) as f32;
+        let mut is_on_grid = [on_grid0; 8];
+        let mut is_on_grid_aux = [on_grid0; 8];
+        for is in -steps..=steps {
+            let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.2f32) / max;
+            let this_scale = 1.0 / id;
+            for k in 0..8 {
+                let r = 4 * k..4 * k + 4;
+                is_on_grid_aux[k] = self
+                    .quantize4(
+                        id,
+                        this_scale,
+                        &xval[r.clone()],
+                        &waux[r.clone()],
+                        &mut laux[r],
+                    )
+                    .1;
+            }
+            let (sumqx, sumq2) = sum_qx_q2(weight, xval, laux);
+            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                scale = sumqx / sumq2;
+                best = scale * sumqx;
+                *l = *laux;
+                is_on_grid = is_on_grid_aux;
+            }
+        }
+        (scale, is_on_grid)
+    }
+}
+
 fn sum_qx_q2(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
     let mut sumqx = 0.0f32;
     let mut sumq2 = 0.0f32;
@@ -298,33 +349,8 @@ pub(super) fn iq3_xxs_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 scales[ib] = 0.0;
                 continue;
             }
-            let mut best = 0.0f32;
-            let mut scale = max / (2 * K_MAX_Q - 1) as f32;
-            let mut is_on_grid = [true; 8];
-            let mut is_on_grid_aux = [true; 8];
-            for is in -15i32..=15 {
-                let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.2f32) / max;
-                let this_scale = 1.0 / id;
-                for k in 0..8 {
-                    let r = 4 * k..4 * k + 4;
-                    is_on_grid_aux[k] = g
-                        .quantize4(
-                            id,
-                            this_scale,
-                            &xval[r.clone()],
-                            &waux[r.clone()],
-                            &mut laux[r],
-                        )
-                        .1;
-                }
-                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &laux);
-                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                    scale = sumqx / sumq2;
-                    best = scale * sumqx;
-                    l = laux;
-                    is_on_grid = is_on_grid_aux;
-                }
-            }
+            let (mut scale, is_on_grid) =
+                g.search_scale(15, max, &xval, &waux, &weight, &mut laux, &mut l, true);
             let n_not_ongrid = is_on_grid.iter().filter(|&&b| !b).count();
             if n_not_ongrid > 0 && scale > 0.0 {
                 let id = 1.0 / scale;
@@ -445,33 +471,8 @@ pub(super) fn iq3_s_row(x: &[f32], y: &mut [u8], qw_row: Option<&[f32]>) {
                 scales[ib] = 0.0;
                 continue;
             }
-            let mut best = 0.0f32;
-            let mut scale = max / (2 * K_MAX_Q - 1) as f32;
-            let mut is_on_grid = [false; BS4];
-            let mut is_on_grid_aux = [false; BS4];
-            for is in -9i32..=9 {
-                let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.2f32) / max;
-                let this_scale = 1.0 / id;
-                for k in 0..BS4 {
-                    let r = 4 * k..4 * k + 4;
-                    is_on_grid_aux[k] = g
-                        .quantize4(
-                            id,
-                            this_scale,
-                            &xval[r.clone()],
-                            &waux[r.clone()],
-                            &mut laux[r],
-                        )
-                        .1;
-                }
-                let (sumqx, sumq2) = sum_qx_q2(&weight, &xval, &laux);
-                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                    scale = sumqx / sumq2;
-                    best = scale * sumqx;
-                    l = laux;
-                    is_on_grid = is_on_grid_aux;
-                }
-            }
+            let (mut scale, is_on_grid) =
+                g.search_scale(9, max, &xval, &waux, &weight, &mut laux, &mut l, false);
             let n_not_ongrid = is_on_grid.iter().filter(|&&b| !b).count();
             if n_not_ongrid > 0 && scale > 0.0 {
                 let id = 1.0 / scale;
