@@ -11,7 +11,7 @@ use rayon::ThreadPool;
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
 use crate::kvtype::decode;
-use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_group, scores_t};
+use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_t};
 use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, KvRows, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
@@ -23,9 +23,6 @@ const SMALL_BATCH: usize = 4;
 /// Query and key block sizes of the attention kernel.
 const ATT_QB: usize = 32;
 const ATT_KB: usize = 256;
-/// Rows of a narrower KV type the decode kernel converts at a time (32 rows
-/// of 256 values: 32 KiB of f32).
-const DECODE_SUB: usize = 32;
 
 /// How the CPU backend feeds activations to the quantized matrix products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -715,23 +712,26 @@ fn kv_chunk<'a>(
     }
 }
 
-/// Causal attention of one query head over query tokens `t0..t1`; returns
-/// `[(t1 - t0), head_dim]`. Online softmax over key blocks: scores of a key
-/// block against a transposed copy of it, exp with max-subtraction, f64 sums.
+/// Causal attention of the query heads sharing KV head `kvh` over query
+/// tokens `t0..t1`; returns `[group, (t1 - t0), head_dim]`. Online softmax
+/// over key blocks: scores of a key block against a transposed copy of it,
+/// exp with max-subtraction, f64 sums. Each key block is converted and
+/// transposed once for the whole group (and each value block converted
+/// once); every head's sums take the same operations as for one head alone.
 fn attn_block(
     s: &AttnShape,
     q: &[f32],
     kv: &KvBlocks<'_>,
-    h: usize,
+    kvh: usize,
     t0: usize,
     t1: usize,
 ) -> Vec<f32> {
     let hd = s.head_dim;
-    let kvh = h / (s.n_head / s.n_head_kv);
+    let g = s.n_head / s.n_head_kv;
     let nq = t1 - t0;
-    let mut out = vec![0f32; nq * hd];
-    let mut mx = vec![f32::NEG_INFINITY; nq];
-    let mut sum = vec![0f64; nq];
+    let mut out = vec![0f32; g * nq * hd];
+    let mut mx = vec![f32::NEG_INFINITY; g * nq];
+    let mut sum = vec![0f64; g * nq];
     let mut scores = vec![0f32; ATT_KB];
     let mut kt = vec![0f32; hd * ATT_KB];
     let mut qs = vec![0f32; hd];
@@ -753,106 +753,39 @@ fn attn_block(
             }
         }
         let (vr, vs) = kv_chunk(kv.v[b], base, stride, nk, hd, &mut vbuf);
-        for qi in 0..nq {
-            let t = t0 + qi;
-            let last = (s.pos0 + t + 1).min(k1); // exclusive
-            if last <= k0 {
-                continue;
-            }
-            let valid = last - k0;
-            qs.iter_mut()
-                .zip(&q[(t * s.n_head + h) * hd..(t * s.n_head + h + 1) * hd])
-                .for_each(|(a, b)| *a = b * s.scale);
-            scores_t(&qs, &kt[..hd * nk], nk, &mut scores);
-            let sc = &mut scores[..valid];
-            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let o = &mut out[qi * hd..(qi + 1) * hd];
-            let m_new = mx[qi].max(bmax);
-            if m_new > mx[qi] && mx[qi] != f32::NEG_INFINITY {
-                let corr = ((mx[qi] - m_new) as f64).exp();
-                o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
-                sum[qi] *= corr;
-            }
-            mx[qi] = m_new;
-            sum[qi] += exp_sub_sum(sc, m_new);
-            axpy_rows(o, sc, vr, vs);
-        }
-        k0 = k1;
-    }
-    for qi in 0..nq {
-        let inv = (1.0 / sum[qi]) as f32;
-        out[qi * hd..(qi + 1) * hd]
-            .iter_mut()
-            .for_each(|x| *x *= inv);
-    }
-    out
-}
-
-/// One query token attending over the cache, for the query heads sharing
-/// KV head `kvh`: each key block is read once for the whole group (the
-/// heads' scores are row dot products, no transposed copy), each value
-/// row once per block for all of them. The same online softmax as
-/// [`attn_block`] (max-subtraction, f64 sums). Returns `[group, head_dim]`.
-fn attn_decode_group(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, kvh: usize) -> Vec<f32> {
-    let hd = s.head_dim;
-    let g = s.n_head / s.n_head_kv;
-    let n_keys = s.pos0 + 1;
-    let stride = s.n_head_kv * hd;
-    let mut out = vec![0f32; g * hd];
-    let mut mx = vec![f32::NEG_INFINITY; g];
-    let mut sum = vec![0f64; g];
-    let mut scores = vec![0f32; g * ATT_KB];
-    let qs: Vec<f32> = q[kvh * g * hd..(kvh + 1) * g * hd]
-        .iter()
-        .map(|x| x * s.scale)
-        .collect();
-    let (mut kbuf, mut vbuf) = (chunk_buf(kv.k, hd), chunk_buf(kv.v, hd));
-    let mut k0 = 0;
-    while k0 < n_keys {
-        let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
-        let base = off * stride + kvh * hd;
-        let nk = k1 - k0;
-        // A stored type is converted SUB rows at a time, so the rows
-        // converted stay in cache (f32 is read in place, the whole chunk
-        // at once). Scores are per key and each output element takes the
-        // same operations in the same order either way.
-        let sub = |t: &KvRows<'_>| match t {
-            KvRows::F32(_) => nk,
-            _ => DECODE_SUB,
-        };
-        let ksub = sub(&kv.k[b]);
-        for j0 in (0..nk).step_by(ksub) {
-            let m = ksub.min(nk - j0);
-            let (kr, ks) = kv_chunk(kv.k[b], base + j0 * stride, stride, m, hd, &mut kbuf);
-            scores_group(&qs, hd, kr, ks, m, &mut scores[j0..], ATT_KB);
-        }
-        for h in 0..g {
-            let sc = &mut scores[h * ATT_KB..h * ATT_KB + nk];
-            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let o = &mut out[h * hd..(h + 1) * hd];
-            let m_new = mx[h].max(bmax);
-            if m_new > mx[h] && mx[h] != f32::NEG_INFINITY {
-                let corr = ((mx[h] - m_new) as f64).exp();
-                o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
-                sum[h] *= corr;
-            }
-            mx[h] = m_new;
-            sum[h] += exp_sub_sum(sc, m_new);
-        }
-        let vsub = sub(&kv.v[b]);
-        for j0 in (0..nk).step_by(vsub) {
-            let m = vsub.min(nk - j0);
-            let (vr, vs) = kv_chunk(kv.v[b], base + j0 * stride, stride, m, hd, &mut vbuf);
-            for h in 0..g {
-                let sc = &scores[h * ATT_KB + j0..h * ATT_KB + j0 + m];
-                axpy_rows(&mut out[h * hd..(h + 1) * hd], sc, vr, vs);
+        for hg in 0..g {
+            let h = kvh * g + hg;
+            for qi in 0..nq {
+                let t = t0 + qi;
+                let last = (s.pos0 + t + 1).min(k1); // exclusive
+                if last <= k0 {
+                    continue;
+                }
+                let valid = last - k0;
+                let i = hg * nq + qi;
+                qs.iter_mut()
+                    .zip(&q[(t * s.n_head + h) * hd..(t * s.n_head + h + 1) * hd])
+                    .for_each(|(a, b)| *a = b * s.scale);
+                scores_t(&qs, &kt[..hd * nk], nk, &mut scores);
+                let sc = &mut scores[..valid];
+                let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let o = &mut out[i * hd..(i + 1) * hd];
+                let m_new = mx[i].max(bmax);
+                if m_new > mx[i] && mx[i] != f32::NEG_INFINITY {
+                    let corr = ((mx[i] - m_new) as f64).exp();
+                    o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
+                    sum[i] *= corr;
+                }
+                mx[i] = m_new;
+                sum[i] += exp_sub_sum(sc, m_new);
+                axpy_rows(o, sc, vr, vs);
             }
         }
         k0 = k1;
     }
-    for h in 0..g {
-        let inv = (1.0 / sum[h]) as f32;
-        out[h * hd..(h + 1) * hd].iter_mut().for_each(|x| *x *= inv);
+    for i in 0..g * nq {
+        let inv = (1.0 / sum[i]) as f32;
+        out[i * hd..(i + 1) * hd].iter_mut().for_each(|x| *x *= inv);
     }
     out
 }
@@ -1010,6 +943,11 @@ impl Backend for CpuBackend {
         assert_eq!(out.len(), t * nh * hd, "attention: output size");
         assert!(kv.block_tokens > 0, "attention: empty KV blocks");
         assert_eq!(kv.k.len(), kv.v.len(), "attention: key and value tables");
+        assert!(
+            s.n_head_kv > 0 && nh.is_multiple_of(s.n_head_kv),
+            "attention: {nh} query heads do not group over {} KV heads",
+            s.n_head_kv
+        );
         let n_keys = s.pos0 + t;
         for (i, (kb, vb)) in kv.k.iter().zip(kv.v).enumerate() {
             // Every block the queries read is whole up to where they read.
@@ -1026,36 +964,31 @@ impl Backend for CpuBackend {
             kv.k.len().saturating_mul(kv.block_tokens) >= n_keys,
             "attention: KV cache size"
         );
-        if t == 1 && nh % s.n_head_kv == 0 {
-            // Decode: one job per KV head and its group of query heads.
-            let g = nh / s.n_head_kv;
-            let groups: Vec<Vec<f32>> = self.pool.install(|| {
-                (0..s.n_head_kv)
-                    .into_par_iter()
-                    .map(|kvh| attn_decode_group(s, q, kv, kvh))
-                    .collect()
-            });
-            for (kvh, o) in groups.iter().enumerate() {
-                out[kvh * g * hd..(kvh + 1) * g * hd].copy_from_slice(o);
-            }
+        if t == 1 {
+            // Decode: flash-decoding over (KV head, chunk of positions)
+            // tasks, each row read once per group, in its stored type.
+            self.pool
+                .install(|| crate::kvattn::attn_decode(s, q, kv, out));
             return;
         }
         let n_qb = t.div_ceil(ATT_QB);
-        let jobs: Vec<(usize, usize)> = (0..nh)
-            .flat_map(|h| (0..n_qb).map(move |b| (h, b)))
+        let g = nh / s.n_head_kv;
+        let jobs: Vec<(usize, usize)> = (0..s.n_head_kv)
+            .flat_map(|kvh| (0..n_qb).map(move |b| (kvh, b)))
             .collect();
         let blocks: Vec<Vec<f32>> = self.pool.install(|| {
             jobs.par_iter()
-                .map(|&(h, b)| {
+                .map(|&(kvh, b)| {
                     let t0 = b * ATT_QB;
-                    attn_block(s, q, kv, h, t0, (t0 + ATT_QB).min(t))
+                    attn_block(s, q, kv, kvh, t0, (t0 + ATT_QB).min(t))
                 })
                 .collect()
         });
-        for (&(h, b), blk) in jobs.iter().zip(&blocks) {
+        for (&(kvh, b), blk) in jobs.iter().zip(&blocks) {
             let t0 = b * ATT_QB;
-            for (qi, row) in blk.chunks(hd).enumerate() {
-                let tt = t0 + qi;
+            let nq = (t0 + ATT_QB).min(t) - t0;
+            for (i, row) in blk.chunks(hd).enumerate() {
+                let (h, tt) = (kvh * g + i / nq, t0 + i % nq);
                 out[(tt * nh + h) * hd..(tt * nh + h + 1) * hd].copy_from_slice(row);
             }
         }
@@ -1521,6 +1454,8 @@ mod tests {
                 (KvType::Q8_0, KvType::Q8_0),
                 (KvType::Q8_0, KvType::F16),
                 (KvType::F32, KvType::Q8_0),
+                (KvType::Q4_0, KvType::Q4_0),
+                (KvType::Q8_0, KvType::Q4_0),
             ];
             for (tk, tv) in pairs {
                 let store = |x: &[f32], ty: KvType| -> Vec<KvData> {
@@ -1655,7 +1590,9 @@ mod tests {
         }
         for h in 0..nh {
             let kv = h / (nh / nkv);
-            let general = attn_block(&s, &q, &whole.view(), h, 0, 1);
+            let g = nh / nkv;
+            let group = attn_block(&s, &q, &whole.view(), kv, 0, 1);
+            let general = &group[(h % g) * hd..(h % g + 1) * hd];
             let qv = &q[h * hd..][..hd];
             let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + 1, 0.2);
             for dd in 0..hd {

@@ -19,6 +19,7 @@ use redlite_quant::{DequantFn, DotFn};
 
 pub mod cpu;
 pub mod delta;
+pub mod kvattn;
 pub mod kvtype;
 pub mod simd;
 

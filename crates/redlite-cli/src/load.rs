@@ -65,9 +65,9 @@ pub struct LoadArgs {
     )]
     pub isa: Option<redlite_quant::Isa>,
     /// Element type of the KV cache's keys (as llama.cpp's --cache-type-k, also `-ctk`):
-    /// `f32` (the default: exact), `f16`, `bf16` or `q8_0` (32 values and an f16 scale,
-    /// 8.5 bits a value). f16/bf16 halve the cache, q8_0 takes 27%; README.md gives the
-    /// quality of each. CPU only for now.
+    /// `f32` (the default: exact), `f16`, `bf16`, `q8_0` (32 values and an f16 scale,
+    /// 8.5 bits a value) or `q4_0` (4.5 bits a value). f16/bf16 halve the cache, q8_0 takes
+    /// 27%, q4_0 14%; README.md gives the quality of each. CPU only for now.
     #[arg(
         long,
         value_name = "TYPE",

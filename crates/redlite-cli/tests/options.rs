@@ -211,7 +211,7 @@ fn cache_types_reach_the_kv_cache() {
         &[],
     );
     assert!(bits(&explicit) == bits(&base), "f32 is the default");
-    for t in ["f16", "bf16", "q8_0"] {
+    for t in ["f16", "bf16", "q8_0", "q4_0"] {
         let long = logits(
             dir.path(),
             &ids,
@@ -246,12 +246,12 @@ fn cache_types_reach_the_kv_cache() {
     assert!(se.contains("KV cache K q8_0 V f16"), "{se}");
     let out = redlite_env(
         &[
-            "bench", model, "--device", "cpu", "-p", "8", "-n", "0", "-ctk", "q4_0",
+            "bench", model, "--device", "cpu", "-p", "8", "-n", "0", "-ctk", "q5_0",
         ],
         &[],
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "q4_0 was accepted");
+    assert!(!out.status.success(), "q5_0 was accepted");
     assert!(err.contains("not a KV cache type"), "{err}");
 }
 

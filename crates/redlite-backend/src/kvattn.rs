@@ -1,0 +1,916 @@
+//! Decode attention (one query token) over the KV cache as stored.
+//!
+//! Flash-decoding: each KV head's positions are cut into chunks of
+//! [`DECODE_SPLIT`] positions, and every (KV head, chunk) pair is one
+//! parallel task that returns its partial softmax (per query head: the
+//! running maximum, the f64 sum of exponentials and the unnormalised
+//! output). The partials are then combined in chunk order, so the result
+//! does not depend on the thread count; a context of one chunk is finished
+//! exactly as the sequential kernel always did.
+//!
+//! Inside a task, keys and values are read in place in their stored type
+//! (f32, f16, bf16, q8_0, q4_0), each row once for the whole group of query
+//! heads that share it: [`scores_kv`] converts 32 values of a key row in
+//! registers (F16C for f16, integer widening times the block scale for
+//! q8_0 and q4_0) and multiplies them into eight heads' accumulators;
+//! [`pv_kv`] does the same for values. Each output takes the same
+//! operations in the same order as on the row widened to f32 beforehand, so
+//! a stored type gives bit for bit the result of its values in f32. Shapes
+//! the fused kernels do not take (groups not a multiple of 8 heads, head
+//! sizes not a multiple of 32, no AVX2) convert 32 rows at a time into a
+//! buffer and use the f32 kernels. Scalar twins: [`scores_kv_scalar`],
+//! [`pv_kv_scalar`].
+
+use rayon::prelude::*;
+
+use crate::kvtype::{decode, decode_scalar, KvRows};
+use crate::simd::{axpy_rows, dot_scalar, exp_sub_sum, scores_group};
+use crate::{AttnShape, KvBlocks};
+
+/// Positions of one decode task (a multiple of [`KB`]).
+pub const DECODE_SPLIT: usize = 2048;
+/// Keys per online-softmax step (the CPU attention's key chunk).
+const KB: usize = 256;
+/// Rows converted (or rows whose scales are gathered) at a time.
+const SUB: usize = 32;
+
+/// One task's softmax over its positions, per query head of the group.
+struct Partial {
+    mx: Vec<f32>,
+    sum: Vec<f64>,
+    /// Unnormalised outputs, `[group, head_dim]`.
+    o: Vec<f32>,
+}
+
+/// Decode attention for every query head: `out` is `[n_head, head_dim]`.
+/// Runs its tasks on the current rayon pool.
+pub(crate) fn attn_decode(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut [f32]) {
+    let hd = s.head_dim;
+    let g = s.n_head / s.n_head_kv;
+    let n_keys = s.pos0 + 1;
+    let n_split = n_keys.div_ceil(DECODE_SPLIT);
+    let tasks: Vec<(usize, usize)> = (0..s.n_head_kv)
+        .flat_map(|h| (0..n_split).map(move |c| (h, c)))
+        .collect();
+    let parts: Vec<Partial> = tasks
+        .par_iter()
+        .map(|&(kvh, c)| {
+            let end = ((c + 1) * DECODE_SPLIT).min(n_keys);
+            decode_range(s, q, kv, kvh, c * DECODE_SPLIT, end)
+        })
+        .collect();
+    for (kvh, ps) in parts.chunks(n_split).enumerate() {
+        combine(ps, g, hd, &mut out[kvh * g * hd..(kvh + 1) * g * hd]);
+    }
+}
+
+/// The partials of one KV head, in position order, into normalised
+/// outputs.
+fn combine(ps: &[Partial], g: usize, hd: usize, out: &mut [f32]) {
+    if let [p] = ps {
+        for h in 0..g {
+            let inv = (1.0 / p.sum[h]) as f32;
+            out[h * hd..(h + 1) * hd]
+                .iter_mut()
+                .zip(&p.o[h * hd..(h + 1) * hd])
+                .for_each(|(o, &x)| *o = x * inv);
+        }
+        return;
+    }
+    let mut acc = vec![0f64; hd];
+    for h in 0..g {
+        let m = ps.iter().fold(f32::NEG_INFINITY, |a, p| a.max(p.mx[h]));
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        let mut sum = 0f64;
+        for p in ps {
+            let w = ((p.mx[h] - m) as f64).exp();
+            sum += p.sum[h] * w;
+            acc.iter_mut()
+                .zip(&p.o[h * hd..(h + 1) * hd])
+                .for_each(|(a, &x)| *a += x as f64 * w);
+        }
+        out[h * hd..(h + 1) * hd]
+            .iter_mut()
+            .zip(&acc)
+            .for_each(|(o, &a)| *o = (a / sum) as f32);
+    }
+}
+
+/// Online softmax of the group of KV head `kvh` over positions `k0..end`
+/// (max-subtraction, f64 sums), unnormalised.
+fn decode_range(
+    s: &AttnShape,
+    q: &[f32],
+    kv: &KvBlocks<'_>,
+    kvh: usize,
+    start: usize,
+    end: usize,
+) -> Partial {
+    let hd = s.head_dim;
+    let g = s.n_head / s.n_head_kv;
+    let stride = s.n_head_kv * hd;
+    let mut o = vec![0f32; g * hd];
+    let mut mx = vec![f32::NEG_INFINITY; g];
+    let mut sum = vec![0f64; g];
+    let mut scores = vec![0f32; g * KB];
+    let mut buf = Vec::new();
+    let qs: Vec<f32> = q[kvh * g * hd..(kvh + 1) * g * hd]
+        .iter()
+        .map(|x| x * s.scale)
+        .collect();
+    let mut k0 = start;
+    while k0 < end {
+        let (b, off, k1) = kv.locate(k0, KB, end);
+        let base = off * stride + kvh * hd;
+        let nk = k1 - k0;
+        scores_kv(
+            &qs,
+            hd,
+            kv.k[b],
+            base,
+            stride,
+            nk,
+            &mut scores,
+            KB,
+            &mut buf,
+        );
+        for h in 0..g {
+            let sc = &mut scores[h * KB..h * KB + nk];
+            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let oh = &mut o[h * hd..(h + 1) * hd];
+            let m_new = mx[h].max(bmax);
+            if m_new > mx[h] && mx[h] != f32::NEG_INFINITY {
+                let corr = ((mx[h] - m_new) as f64).exp();
+                oh.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
+                sum[h] *= corr;
+            }
+            mx[h] = m_new;
+            sum[h] += exp_sub_sum(sc, m_new);
+        }
+        pv_kv(&mut o, hd, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
+        k0 = k1;
+    }
+    Partial { mx, sum, o }
+}
+
+/// Whether the fused kernels take these rows: groups of 8 heads, rows of
+/// whole 32-value blocks starting on one, AVX2 (and F16C).
+fn fused(g: usize, hd: usize, base: usize, stride: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        g > 0
+            && g.is_multiple_of(8)
+            && hd.is_multiple_of(32)
+            && base.is_multiple_of(32)
+            && stride.is_multiple_of(32)
+            && crate::kvtype::has_f16c()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, hd, base, stride);
+        false
+    }
+}
+
+/// Whether rows `0..n` (values `base + j · stride ..` of `hd`) lie in
+/// `src`.
+fn rows_in(src: KvRows<'_>, hd: usize, base: usize, stride: usize, n: usize) -> bool {
+    n == 0 || base + (n - 1) * stride + hd <= src.len()
+}
+
+/// Rows `j0..j0 + m` of one head as f32 in `buf` (stride `hd`).
+fn convert_rows<'b>(
+    src: KvRows<'_>,
+    hd: usize,
+    base: usize,
+    stride: usize,
+    m: usize,
+    buf: &'b mut Vec<f32>,
+) -> &'b [f32] {
+    if buf.len() < m * hd {
+        buf.resize(m * hd, 0.0);
+    }
+    for (j, r) in buf[..m * hd].chunks_exact_mut(hd).enumerate() {
+        decode(src, base + j * stride, r);
+    }
+    &buf[..m * hd]
+}
+
+/// `out[h · ostride + j] = q_h · k_j` for the `g` heads of `q` (`[g, hd]`)
+/// and key rows `j < n`, row `j` the values `base + j · stride .. + hd` of
+/// `src` in its stored type. `buf` is scratch for the general path.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_kv(
+    q: &[f32],
+    hd: usize,
+    src: KvRows<'_>,
+    base: usize,
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+    buf: &mut Vec<f32>,
+) {
+    let g = q.len() / hd.max(1);
+    assert!(
+        q.len() == g * hd
+            && rows_in(src, hd, base, stride, n)
+            && (g == 0 || n == 0 || out.len() >= (g - 1) * ostride + n),
+        "scores_kv: sizes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if fused(g, hd, base, stride) {
+        for h0 in (0..g).step_by(8) {
+            let qh = &q[h0 * hd..(h0 + 8) * hd];
+            let o = &mut out[h0 * ostride..];
+            // SAFETY: AVX2, FMA and F16C were detected; rows 0..n lie in
+            // `src`, start on whole blocks, and `o` holds 8 rows of n
+            // scores at `ostride` (all checked above).
+            unsafe { x86::scores8(qh, hd, src, base, stride, n, o, ostride) };
+        }
+        return;
+    }
+    if let KvRows::F32(x) = src {
+        scores_group(q, hd, &x[base..], stride, n, out, ostride);
+        return;
+    }
+    for j0 in (0..n).step_by(SUB) {
+        let m = SUB.min(n - j0);
+        let rows = convert_rows(src, hd, base + j0 * stride, stride, m, buf);
+        scores_group(q, hd, rows, hd, m, &mut out[j0..], ostride);
+    }
+}
+
+/// Scalar reference of [`scores_kv`].
+#[allow(clippy::too_many_arguments)]
+pub fn scores_kv_scalar(
+    q: &[f32],
+    hd: usize,
+    src: KvRows<'_>,
+    base: usize,
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    ostride: usize,
+) {
+    let g = q.len() / hd.max(1);
+    let mut row = vec![0f32; hd];
+    for j in 0..n {
+        decode_scalar(src, base + j * stride, &mut row);
+        for h in 0..g {
+            out[h * ostride + j] = dot_scalar(&q[h * hd..(h + 1) * hd], &row);
+        }
+    }
+}
+
+/// `o[h][d] += Σ_j p[h · pstride + j] · v_j[d]` for the `g` heads of `o`
+/// (`[g, hd]`) and value rows `j < n` as in [`scores_kv`].
+#[allow(clippy::too_many_arguments)]
+pub fn pv_kv(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    pstride: usize,
+    src: KvRows<'_>,
+    base: usize,
+    stride: usize,
+    n: usize,
+    buf: &mut Vec<f32>,
+) {
+    let g = o.len() / hd.max(1);
+    assert!(
+        o.len() == g * hd
+            && rows_in(src, hd, base, stride, n)
+            && (g == 0 || n == 0 || p.len() >= (g - 1) * pstride + n),
+        "pv_kv: sizes"
+    );
+    if n == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fused(g, hd, base, stride) {
+        for h0 in (0..g).step_by(8) {
+            // SAFETY: AVX2, FMA and F16C were detected; rows 0..n lie in
+            // `src` on whole blocks, `p` holds 8 rows of n weights at
+            // `pstride` and `o` 8 rows of hd (all checked above).
+            unsafe {
+                x86::pv8(
+                    &mut o[h0 * hd..(h0 + 8) * hd],
+                    hd,
+                    &p[h0 * pstride..],
+                    pstride,
+                    src,
+                    base,
+                    stride,
+                    n,
+                )
+            };
+        }
+        return;
+    }
+    if let KvRows::F32(x) = src {
+        for h in 0..g {
+            let ph = &p[h * pstride..h * pstride + n];
+            axpy_rows(&mut o[h * hd..(h + 1) * hd], ph, &x[base..], stride);
+        }
+        return;
+    }
+    for j0 in (0..n).step_by(SUB) {
+        let m = SUB.min(n - j0);
+        let rows = convert_rows(src, hd, base + j0 * stride, stride, m, buf);
+        for h in 0..g {
+            let ph = &p[h * pstride + j0..h * pstride + j0 + m];
+            axpy_rows(&mut o[h * hd..(h + 1) * hd], ph, rows, hd);
+        }
+    }
+}
+
+/// Scalar reference of [`pv_kv`].
+#[allow(clippy::too_many_arguments)]
+pub fn pv_kv_scalar(
+    o: &mut [f32],
+    hd: usize,
+    p: &[f32],
+    pstride: usize,
+    src: KvRows<'_>,
+    base: usize,
+    stride: usize,
+    n: usize,
+) {
+    let g = o.len() / hd.max(1);
+    let mut row = vec![0f32; hd];
+    for j in 0..n {
+        decode_scalar(src, base + j * stride, &mut row);
+        for h in 0..g {
+            let w = p[h * pstride + j];
+            o[h * hd..(h + 1) * hd]
+                .iter_mut()
+                .zip(&row)
+                .for_each(|(a, &v)| *a += w * v);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::SUB;
+    use crate::kvtype::{BlockQ4_0, BlockQ8_0, KvRows};
+    use std::arch::x86_64::*;
+
+    /// Rows ahead that the kernels prefetch (the hardware prefetcher does
+    /// not follow two interleaved streams of strided rows well).
+    const PREFETCH: usize = 8;
+
+    /// A block's f16 scale as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn scale(d: u16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)))
+    }
+
+    /// 32 values of a q8_0 block as four vectors (`d · q`).
+    ///
+    /// # Safety
+    /// `b` points to a block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8_32(b: *const BlockQ8_0) -> [__m256; 4] {
+        // SAFETY: the caller's block; 32 bytes of values.
+        unsafe {
+            let d = _mm256_set1_ps(scale((*b).d));
+            let q = (*b).qs.as_ptr();
+            let mut r = [_mm256_setzero_ps(); 4];
+            for (k, v) in r.iter_mut().enumerate() {
+                let v8 = _mm_loadl_epi64(q.add(8 * k) as *const __m128i);
+                *v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v8)), d);
+            }
+            r
+        }
+    }
+
+    /// The 16 values of a q4_0 block's low (`hi == false`: values 0..16)
+    /// or high nibbles (16..32) as signed bytes `q − 8`.
+    ///
+    /// # Safety
+    /// `b` points to a block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_nibbles(b: *const BlockQ4_0) -> (__m128i, __m128i) {
+        // SAFETY: the caller's block; 16 bytes of nibbles.
+        unsafe {
+            let raw = _mm_loadu_si128((*b).qs.as_ptr() as *const __m128i);
+            let m = _mm_set1_epi8(0x0F);
+            let eight = _mm_set1_epi8(8);
+            (
+                _mm_sub_epi8(_mm_and_si128(raw, m), eight),
+                _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight),
+            )
+        }
+    }
+
+    /// 32 values of a q4_0 block as four vectors (`d · (q − 8)`).
+    ///
+    /// # Safety
+    /// `b` points to a block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_32(b: *const BlockQ4_0) -> [__m256; 4] {
+        // SAFETY: the caller's block.
+        unsafe {
+            let d = _mm256_set1_ps(scale((*b).d));
+            let (lo, hi) = q4_nibbles(b);
+            let w = |x: __m128i| _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), d);
+            [
+                w(lo),
+                w(_mm_srli_si128(lo, 8)),
+                w(hi),
+                w(_mm_srli_si128(hi, 8)),
+            ]
+        }
+    }
+
+    /// Eight values of a q4_0 block, `k`-th group of 8 (`k < 4`), times `d`.
+    ///
+    /// # Safety
+    /// `b` points to a block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_8(b: *const BlockQ4_0, k: usize, d: __m256) -> __m256 {
+        // SAFETY: the caller's block; bytes 8·(k % 2) .. + 8 of its 16.
+        unsafe {
+            let raw = _mm_loadl_epi64((*b).qs.as_ptr().add(8 * (k % 2)) as *const __m128i);
+            let raw = if k >= 2 { _mm_srli_epi16(raw, 4) } else { raw };
+            let q = _mm_sub_epi8(_mm_and_si128(raw, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
+        }
+    }
+
+    /// Horizontal sum as [`crate::simd`]'s score kernel takes it.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(a: __m256) -> f32 {
+        let hi = _mm256_extractf128_ps(a, 1);
+        let s4 = _mm_add_ps(hi, _mm256_castps256_ps128(a));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+        _mm_cvtss_f32(s1)
+    }
+
+    /// Scores of eight heads (`q`: `[8, hd]`) against `n` rows: each row
+    /// read once, 32 values at a time converted in registers; each head's
+    /// accumulator takes the values in order (as the f32 kernel), then the
+    /// same horizontal sum.
+    macro_rules! scores8_body {
+        ($q:expr, $hd:expr, $n:expr, $out:expr, $ostride:expr, $ahead:expr, $bytes:expr, $load32:expr) => {{
+            let (pq, po) = ($q.as_ptr(), $out.as_mut_ptr());
+            for j in 0..$n {
+                let a = $ahead(j);
+                let mut c = 0;
+                while c < $bytes {
+                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c).cast());
+                    c += 64;
+                }
+                let mut acc = [_mm256_setzero_ps(); 8];
+                let mut c = 0;
+                while c < $hd {
+                    let k4: [__m256; 4] = $load32(j, c);
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        let qh = pq.add(h * $hd + c);
+                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh), k4[0], *a);
+                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(8)), k4[1], *a);
+                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(16)), k4[2], *a);
+                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(24)), k4[3], *a);
+                    }
+                    c += 32;
+                }
+                for (h, a) in acc.iter().enumerate() {
+                    *po.add(h * $ostride + j) = hsum(*a);
+                }
+            }
+        }};
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C; `q` holds 8 × `hd` values (`hd` a multiple of
+    /// 32), rows `0..n` (values `base + j · stride .. + hd`, `base` and
+    /// `stride` multiples of 32) lie in `src`, `out` holds rows `0..8` of
+    /// `n` at `ostride`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores8(
+        q: &[f32],
+        hd: usize,
+        src: KvRows<'_>,
+        base: usize,
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        ostride: usize,
+    ) {
+        // SAFETY (whole body): every row read is one the caller vouched
+        // for; the prefetch addresses are never dereferenced.
+        unsafe {
+            match src {
+                KvRows::F32(x) => {
+                    let p = x.as_ptr().add(base);
+                    let row = |j: usize| p.add(j * stride);
+                    let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * stride);
+                    let load = |j: usize, c: usize| {
+                        let r = row(j).add(c);
+                        [
+                            _mm256_loadu_ps(r),
+                            _mm256_loadu_ps(r.add(8)),
+                            _mm256_loadu_ps(r.add(16)),
+                            _mm256_loadu_ps(r.add(24)),
+                        ]
+                    };
+                    scores8_body!(q, hd, n, out, ostride, ahead, hd * 4, load)
+                }
+                KvRows::F16(x) | KvRows::Bf16(x) => {
+                    let bf = matches!(src, KvRows::Bf16(_));
+                    let p = x.as_ptr().add(base);
+                    let row = |j: usize| p.add(j * stride);
+                    let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * stride);
+                    let load = |j: usize, c: usize| {
+                        let r = row(j).add(c);
+                        let mut v = [_mm256_setzero_ps(); 4];
+                        for (k, vk) in v.iter_mut().enumerate() {
+                            let h = _mm_loadu_si128(r.add(8 * k) as *const __m128i);
+                            *vk = if bf {
+                                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                            } else {
+                                _mm256_cvtph_ps(h)
+                            };
+                        }
+                        v
+                    };
+                    scores8_body!(q, hd, n, out, ostride, ahead, hd * 2, load)
+                }
+                KvRows::Q8_0(x) => {
+                    let p = x.as_ptr().add(base / 32);
+                    let bs = stride / 32;
+                    let row = |j: usize| p.add(j * bs);
+                    let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * bs);
+                    let load = |j: usize, c: usize| q8_32(row(j).add(c / 32));
+                    scores8_body!(q, hd, n, out, ostride, ahead, hd / 32 * 34, load)
+                }
+                KvRows::Q4_0(x) => {
+                    let p = x.as_ptr().add(base / 32);
+                    let bs = stride / 32;
+                    let row = |j: usize| p.add(j * bs);
+                    let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * bs);
+                    let load = |j: usize, c: usize| q4_32(row(j).add(c / 32));
+                    scores8_body!(q, hd, n, out, ostride, ahead, hd / 32 * 18, load)
+                }
+            }
+        }
+    }
+
+    /// `o[h] += Σ_j p[h][j] · v_j` for eight heads: for each run of SUB
+    /// rows and each 8 values of the row, the eight heads' accumulators
+    /// stay in registers while the rows stream past; each output takes
+    /// `fma(p, v, o)` row by row in order (as the f32 kernel).
+    macro_rules! pv8_body {
+        ($o:expr, $hd:expr, $p:expr, $pstride:expr, $n:expr, $ahead:expr, $bytes:expr, $prep:expr, $load8:expr) => {{
+            let (po, pp) = ($o.as_mut_ptr(), $p.as_ptr());
+            let mut j0 = 0;
+            while j0 < $n {
+                let m = SUB.min($n - j0);
+                for j in j0..j0 + m {
+                    let a = $ahead(j);
+                    let mut c = 0;
+                    while c < $bytes {
+                        _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c).cast());
+                        c += 64;
+                    }
+                }
+                $prep(j0, m);
+                let mut d = 0;
+                while d < $hd {
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_loadu_ps(po.add(h * $hd + d));
+                    }
+                    for j in j0..j0 + m {
+                        let v: __m256 = $load8(j, d, j - j0);
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            let w = _mm256_broadcast_ss(&*pp.add(h * $pstride + j));
+                            *a = _mm256_fmadd_ps(w, v, *a);
+                        }
+                    }
+                    for (h, a) in acc.iter().enumerate() {
+                        _mm256_storeu_ps(po.add(h * $hd + d), *a);
+                    }
+                    d += 8;
+                }
+                j0 += m;
+            }
+        }};
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C; `o` holds 8 × `hd` values (`hd` a multiple of
+    /// 32), `p` rows `0..8` of `n` weights at `pstride`, rows `0..n` of
+    /// `src` as in [`scores8`].
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn pv8(
+        o: &mut [f32],
+        hd: usize,
+        p: &[f32],
+        pstride: usize,
+        src: KvRows<'_>,
+        base: usize,
+        stride: usize,
+        n: usize,
+    ) {
+        // Block scales of the current run of rows: [SUB][hd / 32].
+        let nb = hd / 32;
+        let mut sc = vec![0f32; SUB * nb];
+        // SAFETY (whole body): every row read is one the caller vouched
+        // for; the prefetch addresses are never dereferenced.
+        unsafe {
+            match src {
+                KvRows::F32(x) => {
+                    let r = x.as_ptr().add(base);
+                    let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
+                    let load =
+                        |j: usize, d: usize, _: usize| _mm256_loadu_ps(r.add(j * stride + d));
+                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 4, |_, _| (), load)
+                }
+                KvRows::F16(x) => {
+                    let r = x.as_ptr().add(base);
+                    let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
+                    let load = |j: usize, d: usize, _: usize| {
+                        _mm256_cvtph_ps(_mm_loadu_si128(r.add(j * stride + d) as *const __m128i))
+                    };
+                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 2, |_, _| (), load)
+                }
+                KvRows::Bf16(x) => {
+                    let r = x.as_ptr().add(base);
+                    let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
+                    let load = |j: usize, d: usize, _: usize| {
+                        let h = _mm_loadu_si128(r.add(j * stride + d) as *const __m128i);
+                        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                    };
+                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 2, |_, _| (), load)
+                }
+                KvRows::Q8_0(x) => {
+                    let r = x.as_ptr().add(base / 32);
+                    let bs = stride / 32;
+                    let ahead = |j: usize| r.wrapping_add((j + SUB) * bs);
+                    let scp = sc.as_mut_ptr();
+                    let prep = |j0: usize, m: usize| {
+                        for i in 0..m {
+                            for b in 0..nb {
+                                *scp.add(i * nb + b) = scale((*r.add((j0 + i) * bs + b)).d);
+                            }
+                        }
+                    };
+                    let load = |j: usize, d: usize, i: usize| {
+                        let blk = r.add(j * bs + d / 32);
+                        let q = (*blk).qs.as_ptr().add(d % 32);
+                        let v8 = _mm_loadl_epi64(q as *const __m128i);
+                        let s = _mm256_broadcast_ss(&*scp.add(i * nb + d / 32));
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v8)), s)
+                    };
+                    pv8_body!(o, hd, p, pstride, n, ahead, nb * 34, prep, load)
+                }
+                KvRows::Q4_0(x) => {
+                    let r = x.as_ptr().add(base / 32);
+                    let bs = stride / 32;
+                    let ahead = |j: usize| r.wrapping_add((j + SUB) * bs);
+                    let scp = sc.as_mut_ptr();
+                    let prep = |j0: usize, m: usize| {
+                        for i in 0..m {
+                            for b in 0..nb {
+                                *scp.add(i * nb + b) = scale((*r.add((j0 + i) * bs + b)).d);
+                            }
+                        }
+                    };
+                    let load = |j: usize, d: usize, i: usize| {
+                        let blk = r.add(j * bs + d / 32);
+                        let s = _mm256_broadcast_ss(&*scp.add(i * nb + d / 32));
+                        q4_8(blk, (d % 32) / 8, s)
+                    };
+                    pv8_body!(o, hd, p, pstride, n, ahead, nb * 18, prep, load)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kvtype::{KvData, KvType};
+
+    fn rand(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    fn stored(ty: KvType, x: &[f32]) -> KvData {
+        let mut d = KvData::with_capacity(ty, x.len());
+        d.push(x);
+        d
+    }
+
+    /// The run-time score and value kernels against their scalar twins on
+    /// random rows of every type: 16 heads (two groups of 8 through the
+    /// fused kernel), 2 KV heads interleaved, row counts that are not
+    /// multiples of the runs; and shapes the fused kernels do not take (a
+    /// group of 3, head size 16) through the general path.
+    #[test]
+    fn fused_kernels_match_scalar() {
+        for (g, hd, nkv) in [(16, 64, 2), (8, 256, 2), (3, 32, 2), (8, 16, 2)] {
+            let stride = nkv * hd;
+            let n = 75;
+            let x: Vec<f32> = rand(n * stride, 3).iter().map(|v| v * 4.0).collect();
+            let q = rand(g * hd, 5);
+            let p: Vec<f32> = rand(g * 80, 9).iter().map(|v| v + 0.5).collect();
+            for ty in KvType::ALL {
+                if !ty.fits_row(stride) {
+                    continue;
+                }
+                let d = stored(ty, &x);
+                for kvh in 0..nkv {
+                    let base = kvh * hd;
+                    let (mut a, mut b) = (vec![0f32; g * 80], vec![0f32; g * 80]);
+                    let mut buf = Vec::new();
+                    scores_kv(&q, hd, d.rows(), base, stride, n, &mut a, 80, &mut buf);
+                    scores_kv_scalar(&q, hd, d.rows(), base, stride, n, &mut b, 80);
+                    for (i, (u, w)) in a.iter().zip(&b).enumerate() {
+                        assert!(
+                            (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * hd as f32,
+                            "{ty} g{g} hd{hd}: score {i}: {u} vs {w}"
+                        );
+                    }
+                    let o0 = rand(g * hd, 13);
+                    let (mut oa, mut ob) = (o0.clone(), o0.clone());
+                    pv_kv(&mut oa, hd, &p, 80, d.rows(), base, stride, n, &mut buf);
+                    pv_kv_scalar(&mut ob, hd, &p, 80, d.rows(), base, stride, n);
+                    for (i, (u, w)) in oa.iter().zip(&ob).enumerate() {
+                        assert!(
+                            (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * n as f32,
+                            "{ty} g{g} hd{hd}: value {i}: {u} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// On f32 rows the fused kernels are the f32 kernels bit for bit (the
+    /// same operations per output, in the same order), so an f32 cache
+    /// decodes as it did before they existed.
+    #[test]
+    fn fused_f32_is_the_f32_kernels_bit_for_bit() {
+        let (g, hd, stride, n) = (8, 64, 128, 75);
+        let x = rand(n * stride, 21);
+        let q = rand(g * hd, 22);
+        let p = rand(g * 80, 23);
+        let (mut a, mut b) = (vec![0f32; g * 80], vec![0f32; g * 80]);
+        scores_kv(
+            &q,
+            hd,
+            KvRows::F32(&x),
+            64,
+            stride,
+            n,
+            &mut a,
+            80,
+            &mut Vec::new(),
+        );
+        scores_group(&q, hd, &x[64..], stride, n, &mut b, 80);
+        assert_eq!(a, b);
+        let o0 = rand(g * hd, 24);
+        let (mut oa, mut ob) = (o0.clone(), o0);
+        pv_kv(
+            &mut oa,
+            hd,
+            &p,
+            80,
+            KvRows::F32(&x),
+            64,
+            stride,
+            n,
+            &mut Vec::new(),
+        );
+        for h in 0..g {
+            let ph = &p[h * 80..h * 80 + n];
+            axpy_rows(&mut ob[h * hd..(h + 1) * hd], ph, &x[64..], stride);
+        }
+        assert_eq!(oa, ob);
+    }
+
+    /// Softmax attention of one query head in f64 over `n` positions.
+    fn naive(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        stride: usize,
+        off: usize,
+        n: usize,
+        scale: f64,
+    ) -> Vec<f64> {
+        let hd = q.len();
+        let sc: Vec<f64> = (0..n)
+            .map(|j| {
+                (0..hd)
+                    .map(|d| q[d] as f64 * k[j * stride + off + d] as f64)
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+        let z: f64 = w.iter().sum();
+        (0..hd)
+            .map(|d| {
+                (0..n)
+                    .map(|j| w[j] * v[j * stride + off + d] as f64)
+                    .sum::<f64>()
+                    / z
+            })
+            .collect()
+    }
+
+    /// Decode over several chunks of positions (flash-decoding): against
+    /// the f64 softmax, the same bits whatever the thread count, and every
+    /// stored type equal bit for bit to its values widened to f32.
+    #[test]
+    fn split_decode_matches_softmax_and_ignores_threads() {
+        let (nh, nkv, hd) = (16, 2, 32);
+        let row = nkv * hd;
+        let pos0 = 2 * DECODE_SPLIT + 700;
+        let n = pos0 + 1;
+        let q = rand(nh * hd, 31);
+        let k: Vec<f32> = rand(n * row, 32).iter().map(|x| 6.0 * x).collect();
+        let v = rand(n * row, 33);
+        let s = AttnShape {
+            n_tok: 1,
+            pos0,
+            n_head: nh,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 0.3,
+        };
+        let run = |threads: usize, kd: &[KvData], vd: &[KvData]| -> Vec<f32> {
+            let kr: Vec<KvRows> = kd.iter().map(|b| b.rows()).collect();
+            let vr: Vec<KvRows> = vd.iter().map(|b| b.rows()).collect();
+            let kv = KvBlocks {
+                k: &kr,
+                v: &vr,
+                block_tokens: 256,
+            };
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            let mut out = vec![0f32; nh * hd];
+            pool.install(|| attn_decode(&s, &q, &kv, &mut out));
+            out
+        };
+        let blocks = |x: &[f32], ty: KvType| -> Vec<KvData> {
+            x.chunks(256 * row).map(|c| stored(ty, c)).collect()
+        };
+        let widen = |d: &[KvData]| -> Vec<f32> {
+            d.iter()
+                .flat_map(|b| {
+                    let mut o = vec![0f32; b.len()];
+                    decode(b.rows(), 0, &mut o);
+                    o
+                })
+                .collect()
+        };
+        let f32_out = run(2, &blocks(&k, KvType::F32), &blocks(&v, KvType::F32));
+        for h in 0..nh {
+            let kvh = h / (nh / nkv);
+            let want = naive(&q[h * hd..(h + 1) * hd], &k, &v, row, kvh * hd, n, 0.3);
+            for d in 0..hd {
+                let got = f32_out[h * hd + d] as f64;
+                assert!(
+                    (got - want[d]).abs() < 1e-5,
+                    "h{h} d{d}: {got} vs {}",
+                    want[d]
+                );
+            }
+        }
+        for ty in KvType::ALL {
+            let (kd, vd) = (blocks(&k, ty), blocks(&v, ty));
+            let one = run(1, &kd, &vd);
+            assert_eq!(one, run(3, &kd, &vd), "{ty}: thread count");
+            let (wk, wv) = (widen(&kd), widen(&vd));
+            let wide = run(2, &blocks(&wk, KvType::F32), &blocks(&wv, KvType::F32));
+            assert_eq!(one, wide, "{ty}: typed vs widened");
+        }
+    }
+}
