@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use redlite_backend::{KvBlocks, KvData, KvRows, KvTypes};
+use redlite_backend::{KvBlocks, KvData, KvRows, KvType, KvTypes};
 
 /// Positions per KV block: a multiple of the CPU attention kernel's key
 /// chunk, so attention over blocks sums exactly as over one array.
@@ -195,6 +195,10 @@ impl KvCache {
 
     /// Set to `pos` positions of values written by `fill(block, keys,
     /// values)` for each block (in parallel), replacing what was held.
+    /// A narrower type is converted from one f32 scratch block per worker,
+    /// reused from block to block: no f32 copy of the cache is made, and no
+    /// block-sized temporary is freed between the blocks kept (which would
+    /// leave the allocator holding freed f32 blocks beside the cache).
     pub(crate) fn fill(
         &mut self,
         pos: usize,
@@ -202,20 +206,30 @@ impl KvCache {
     ) {
         use rayon::prelude::*;
         let (row, types) = (self.row, self.types);
+        let full = KV_BLOCK_TOKENS * row;
         let blocks: Vec<Arc<KvBlock>> = (0..pos.div_ceil(KV_BLOCK_TOKENS))
             .into_par_iter()
-            .map(|i| {
-                let n = (pos - i * KV_BLOCK_TOKENS).min(KV_BLOCK_TOKENS) * row;
-                let full = KV_BLOCK_TOKENS * row;
-                let (mut k, mut v) = (vec![0f32; n], vec![0f32; n]);
-                fill(i, &mut k, &mut v);
-                Arc::new(KvBlock {
-                    id: next_id(),
-                    full,
-                    k: KvData::from_f32(types.k, k, full),
-                    v: KvData::from_f32(types.v, v, full),
-                })
-            })
+            .map_init(
+                || (vec![0f32; full], vec![0f32; full]),
+                |(ks, vs), i| {
+                    let n = (pos - i * KV_BLOCK_TOKENS).min(KV_BLOCK_TOKENS) * row;
+                    let (k, v) = (&mut ks[..n], &mut vs[..n]);
+                    k.fill(0.0);
+                    v.fill(0.0);
+                    fill(i, k, v);
+                    let store = |ty: KvType, x: &[f32]| {
+                        let mut d = KvData::with_capacity(ty, full);
+                        d.push(x);
+                        d
+                    };
+                    Arc::new(KvBlock {
+                        id: next_id(),
+                        full,
+                        k: store(types.k, k),
+                        v: store(types.v, v),
+                    })
+                },
+            )
             .collect();
         self.blocks = blocks;
         self.len = pos;
@@ -259,7 +273,6 @@ pub(crate) fn view<'a>(k: &'a [KvRows<'a>], v: &'a [KvRows<'a>]) -> KvBlocks<'a>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redlite_backend::KvType;
     use std::collections::HashMap;
 
     fn rows(seed: u32, n: usize, row: usize) -> Vec<f32> {
