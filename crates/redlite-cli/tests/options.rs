@@ -234,7 +234,11 @@ fn cache_types_reach_the_kv_cache() {
         assert!(bits(&long) != bits(&base), "{t}: changed nothing");
         let d = max_abs(&long, want);
         println!("KV {t}: max |Δ| {d:.2e} from exact");
-        assert!(d <= 5e-2, "KV {t}: max |Δ| {d} from exact");
+        // q4_0 keeps 4 bits a value: its logits move by tenths (its mean
+        // KL, 5e-4 to 1.3e-3 on the fixtures, is bounded in the model's
+        // kv_types test).
+        let bound = if t == "q4_0" { 0.5 } else { 5e-2 };
+        assert!(d <= bound, "KV {t}: max |Δ| {d} from exact");
     }
     let model = redlite_testkit::fixture(MODEL);
     let model = model.to_str().unwrap();
