@@ -166,7 +166,7 @@ pub struct AttnShape {
 /// row `[n_head_kv, head_dim]`, keys and values in separate tables. The
 /// table is addressed by block index only, so a device can keep the same
 /// layout as a table of indices into its own block pool. Elements are
-/// stored as [`KvRows`] (f32, f16, bf16 or q8_0, keys and values each of
+/// stored as [`KvRows`] (f32, f16, bf16, q8_0 or q4_0, keys and values each of
 /// one type); the kernel converts a chunk of rows at a time.
 #[derive(Clone, Copy, Debug)]
 pub struct KvBlocks<'a> {

@@ -19,7 +19,7 @@
 //! pool of device blocks.
 //!
 //! The elements of a block are stored in the cache's [`KvTypes`] (f32,
-//! f16, bf16 or q8_0 for keys and values each, [`KvData`]): rows are
+//! f16, bf16, q8_0 or q4_0 for keys and values each, [`KvData`]): rows are
 //! converted when appended, and the attention kernel converts them back a
 //! chunk at a time as it reads.
 
