@@ -545,6 +545,9 @@ struct MqJob {
     bytes: usize,
 }
 
+/// An input of `q16_quant`: x, x2, values per token, tokens.
+type Q16Key = (u64, u64, usize, usize);
+
 /// The model on a CUDA device.
 pub struct CudaModel {
     gpu: Arc<Gpu>,
@@ -605,6 +608,11 @@ pub struct CudaModel {
     /// per unit.
     q16_units: DevBuf,
     q16_scales: DevBuf,
+    /// What `q16_units` holds now: the input (x, x2, values, tokens) last
+    /// quantized and the launch count just after, so that products of one
+    /// input back to back (qkv, gate and ba; k and v after q) quantize it
+    /// once.
+    q16_held: Mutex<Option<(Q16Key, u64)>>,
     _bufs: Vec<DevBuf>,
     _hosts: Vec<crate::gpu::HostBuf>,
 }
@@ -967,6 +975,7 @@ impl CudaModel {
             combine_cols: opts.tuning.combine_cols,
             q16_units,
             q16_scales,
+            q16_held: Mutex::new(None),
             _bufs: bufs,
             _hosts: hosts,
         };
@@ -1287,22 +1296,29 @@ impl CudaModel {
     /// quantized into the model's `q16_units` / `q16_scales` (`q16_quant`,
     /// the quantizer `mq1` runs per block), then `mqn` over them; `a` has no
     /// expert ids, one input for its slots and at most `V_MAX` tokens.
+    /// The quantization is skipped when `q16_units` holds this input already
+    /// and nothing was queued since (the product before read the same one).
     fn launch_mqn(&self, f: Func, a: &MvLaunch) -> Result<(), CudaError> {
-        let warps = a.n_tok * (a.n_in / 256);
-        self.gpu.launch_f(
-            self.k.q16_quant,
-            (warps.div_ceil(4) as u32, 1, 1),
-            128,
-            0,
-            &[
-                Arg::U(a.x),
-                Arg::U(a.x2),
-                Arg::I(a.n_in as i32),
-                Arg::I(a.n_tok as i32),
-                Arg::U(self.q16_units.ptr),
-                Arg::U(self.q16_scales.ptr),
-            ],
-        )?;
+        let key: Q16Key = (a.x, a.x2, a.n_in, a.n_tok);
+        let mut held = self.q16_held.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = *held == Some((key, self.gpu.launches()));
+        if !fresh {
+            let warps = a.n_tok * (a.n_in / 256);
+            self.gpu.launch_f(
+                self.k.q16_quant,
+                (warps.div_ceil(4) as u32, 1, 1),
+                128,
+                0,
+                &[
+                    Arg::U(a.x),
+                    Arg::U(a.x2),
+                    Arg::I(a.n_in as i32),
+                    Arg::I(a.n_tok as i32),
+                    Arg::U(self.q16_units.ptr),
+                    Arg::U(self.q16_scales.ptr),
+                ],
+            )?;
+        }
         self.gpu.launch_f(
             f,
             (
@@ -1325,7 +1341,11 @@ impl CudaModel {
                 Arg::U(a.w_zstride),
                 Arg::U(a.y_zstride),
             ],
-        )
+        )?;
+        // The product wrote y only (never x or x2: a product's output is
+        // another buffer), so the quantized input still stands.
+        *held = Some((key, self.gpu.launches()));
+        Ok(())
     }
 
     /// `y = M·(silu(g) ⊙ u)` over `t` tokens (one, or an exact pass), the
@@ -1766,6 +1786,11 @@ impl CudaModel {
         // Decode with every expert in device memory: independent one-token
         // products two at a time (`launch_two`).
         let pair = t == 1 && !exact && xp.is_none() && self.placement.is_none();
+        // A batched decode pass pairs the MoE's products the same way, a
+        // slot per (sequence, choice) for the routed experts and a slot per
+        // sequence for the shared expert (each row's sums are what the
+        // one-token kernel gives it alone, whatever the grid).
+        let pair_moe = pair || (batch && xp.is_none() && self.placement.is_none());
         let one =
             |m: &DMat, x: u64, y: u64| MvLaunch::new(m.ptr, m.row_bytes, m.n_in, m.n_out, x, y, 1);
         for (il, l) in self.layers.iter().enumerate() {
@@ -2253,7 +2278,7 @@ impl CudaModel {
             }
             // Decode: the routed experts' gate + up beside the shared
             // expert's, then their down products side by side.
-            let paired = if pair {
+            let paired = if pair_moe {
                 let eg = GuMat::experts(&l.gate, &l.up).and_then(|gu| {
                     self.mqgu_job(
                         gu,
@@ -2267,7 +2292,7 @@ impl CudaModel {
                 });
                 let sg = GuMat::dense(&l.sh_gate, &l.sh_up).and_then(|gu| {
                     let up_off = l.sh_up.ptr.wrapping_sub(l.sh_gate.ptr);
-                    self.mqgu_job(gu, up_off, 0, 1, s.h.ptr, 1, s.sg.ptr)
+                    self.mqgu_job(gu, up_off, 0, t, s.h.ptr, 1, s.sg.ptr)
                 });
                 let dn = &l.down;
                 let ed = self.mq1_job(
@@ -2289,7 +2314,16 @@ impl CudaModel {
                         )
                     },
                 );
-                let sd = self.mq1_job(l.sh_down.kern, &one(&l.sh_down, s.sg.ptr, s.sd.ptr));
+                let sh = &l.sh_down;
+                let sd = self.mq1_job(
+                    sh.kern,
+                    &MvLaunch {
+                        slots: t,
+                        x_zstride: if t > 1 { sh.n_in as u64 } else { 0 },
+                        y_zstride: if t > 1 { sh.n_out as u64 } else { 0 },
+                        ..one(sh, s.sg.ptr, s.sd.ptr)
+                    },
+                );
                 match (eg, sg, ed, sd) {
                     (Some(eg), Some(sg), Some(ed), Some(sd)) => {
                         self.launch_two(eg, sg, None)?;
