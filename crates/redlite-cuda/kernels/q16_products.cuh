@@ -20,12 +20,10 @@
 // a token the same bits whatever their grids.
 
 // Eight values per lane (values 8·lane .. 8·lane + 7 of a 256-value stretch,
-// already formed) quantized: the lane's four words of its unit (lane / 4),
-// the sum of its eight values and the unit's scale (rl_q16_scales /
-// rl_q16_pack8 as the host reference uses them, the largest magnitude and
-// the NaN test taken over each unit's 4 lanes).
-__device__ __forceinline__ void mq_quant_lane(const float v[8], uint32_t w[4], int* s,
-                                              float* d) {
+// already formed) quantized into the stretch's 8 units at u and their scales
+// at d: rl_q16_scales / rl_q16_pack8 as the host reference uses them, the
+// largest magnitude and the NaN test taken over each unit's 4 lanes.
+__device__ __forceinline__ void mq_quant_stretch(const float v[8], int lane, RlXU* u, float* d) {
     float amax = 0.f;
     int bad = 0;
 #pragma unroll
@@ -38,40 +36,15 @@ __device__ __forceinline__ void mq_quant_lane(const float v[8], uint32_t w[4], i
         amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, o));
         bad |= __shfl_xor_sync(FULL, bad, o);
     }
-    float id;
-    rl_q16_scales(amax, bad != 0, d, &id);
-    *s = rl_q16_pack8(v, id, w);
-}
-
-// mq_quant_lane's results stored as the stretch's 8 units at u (RlXU) and
-// their scales at d.
-__device__ __forceinline__ void mq_quant_stretch(const float v[8], int lane, RlXU* u, float* d) {
+    float dd, id;
+    rl_q16_scales(amax, bad != 0, &dd, &id);
     uint32_t w[4];
-    int s;
-    float dd;
-    mq_quant_lane(v, w, &s, &dd);
     const int h = lane & 3;
+    const int s = rl_q16_pack8(v, id, w);
     RlXU* dst = u + (lane >> 2);
     *(uint4*)&dst->q[4 * h] = make_uint4(w[0], w[1], w[2], w[3]);
     dst->s[h] = s;
     if (h == 0) d[lane >> 2] = dd;
-}
-
-// A token's units in chunk-major order (q16_quant's output, mqn_T's input):
-// the five 16-byte chunks of an RlXU (four of values, one of sums), chunk c
-// of unit u at base[c·nu + u] (nu units a token, the same 80 bytes a unit).
-// Lanes reading consecutive units then read consecutive 16-byte words of
-// global memory, where an RlXU array would have them 80 bytes apart.
-__device__ __forceinline__ void mq_quant_stretch_cm(const float v[8], int lane, uint4* base,
-                                                    int nu, int u0, float* d) {
-    uint32_t w[4];
-    int s;
-    float dd;
-    mq_quant_lane(v, w, &s, &dd);
-    const int h = lane & 3, u = u0 + (lane >> 2);
-    base[(u64)h * nu + u] = make_uint4(w[0], w[1], w[2], w[3]);
-    ((int*)&base[(u64)4 * nu + u])[h] = s;
-    if (h == 0) d[u] = dd;
 }
 
 // Eight values of the input at p (silu(p) ⊙ p2 with p2), 16-byte aligned.
@@ -100,9 +73,8 @@ __device__ __forceinline__ void mq_stage_x(RlXU* xu, float* xd, const float* x, 
 }
 
 // The activations of n_tok tokens (token t at x + t·n_in, or silu(x) ⊙ x2)
-// quantized into xu (n_in / 32 units a token, chunk-major:
-// mq_quant_stretch_cm) and xd (a scale per unit) for mqn_T, a warp per 256
-// values.
+// quantized into xu (n_in / 32 units a token) and xd (a scale per unit) for
+// mqn_T, a warp per 256 values.
 extern "C" __global__ void __launch_bounds__(128)
     q16_quant(const float* __restrict__ x, const float* __restrict__ x2, int n_in, int n_tok,
               RlXU* __restrict__ xu, float* __restrict__ xd) {
@@ -115,8 +87,8 @@ extern "C" __global__ void __launch_bounds__(128)
     u64 o = (u64)t * n_in + 256 * sb + 8 * lane;
     float v[8];
     mq_load8(x + o, x2 ? x2 + o : 0, v);
-    const int nu = n_in / 32;
-    mq_quant_stretch_cm(v, lane, (uint4*)(xu + (u64)t * nu), nu, 8 * sb, xd + (u64)t * nu);
+    u64 uo = (u64)t * (n_in / 32) + 8 * sb;
+    mq_quant_stretch(v, lane, xu + uo, xd + uo);
 }
 
 // One activation unit (five 16-byte loads).
@@ -128,18 +100,6 @@ __device__ __forceinline__ void mq_ldx(const RlXU* p, RlXU& x) {
         x.q[4 * i] = v.x; x.q[4 * i + 1] = v.y; x.q[4 * i + 2] = v.z; x.q[4 * i + 3] = v.w;
     }
     uint4 v = s[4];
-    x.s[0] = (int)v.x; x.s[1] = (int)v.y; x.s[2] = (int)v.z; x.s[3] = (int)v.w;
-}
-
-// Unit u of a token's chunk-major units at base (nu units; see
-// mq_quant_stretch_cm), as mq_ldx gives it.
-__device__ __forceinline__ void mq_ldx_cm(const uint4* base, u64 nu, int u, RlXU& x) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint4 v = base[(u64)i * nu + u];
-        x.q[4 * i] = v.x; x.q[4 * i + 1] = v.y; x.q[4 * i + 2] = v.z; x.q[4 * i + 3] = v.w;
-    }
-    uint4 v = base[4 * nu + u];
     x.s[0] = (int)v.x; x.s[1] = (int)v.y; x.s[2] = (int)v.z; x.s[3] = (int)v.w;
 }
 
@@ -238,10 +198,8 @@ __device__ __forceinline__ int mq_prefetch(const MqGeo& g, const uint8_t* const*
 // bufs: the warp's two staging buffers, the first `pre` items (0 or 2, or
 // all when fewer) requested already by mq_prefetch with their starts sh0,
 // sh1. Two items are in flight at the start, one while an item is computed.
-// CM: the inputs are chunk-major (q16_quant's, xstride = the units a token),
-// else an RlXU array (a one-token kernel's shared memory).
 #define DEF_MQ_STREAM(T)                                                                    \
-    template <int NT, int K, int NM, int CM, class Emit>                                    \
+    template <int NT, int K, int NM, class Emit>                                            \
     __device__ __forceinline__ void mq_stream_##T(                                          \
         const MqGeo& g, const uint8_t* const* mat, int r0, int r1, const RlXU* xu,          \
         const float* xd, u64 xstride, int nt, uint8_t (*bufs)[MV_SEG + 32], int lane,       \
@@ -289,10 +247,7 @@ __device__ __forceinline__ int mq_prefetch(const MqGeo& g, const uint8_t* const*
                         _Pragma("unroll") for (int t = 0; t < NT; t++) {                    \
                             if (t < nt) {                                                   \
                                 RlXU xv;                                                    \
-                                if (CM)                                                     \
-                                    mq_ldx_cm((const uint4*)(xu + (u64)t * xstride), xstride, gu, xv); \
-                                else                                                        \
-                                    mq_ldx(xu + (u64)t * xstride + gu, xv);                 \
+                                mq_ldx(xu + (u64)t * xstride + gu, xv);                     \
                                 const float p = q16a_##T(w, xv);                            \
                                 const float d = xd[(u64)t * xstride + gu];                  \
                                 _Pragma("unroll") for (int mm = 0; mm < NM; mm++)           \
@@ -464,7 +419,7 @@ __device__ __forceinline__ void mq_conv_rows(const MqConv& cv, const float* y, i
         if (ids && !early) prefetch((u64)ids[z]);                                           \
         mq_stage_x(xu, xd, xz, x2z, n_in);                                                  \
         float* yz = y + (u64)z * y_zstride;                                                 \
-        mq_stream_##T<1, MQ_K, 1, 0>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
+        mq_stream_##T<1, MQ_K, 1>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
                                   sh[0], sh[1], tab,                                        \
                                   [&](int r, const float* a, const float*) { yz[r] = a[0]; }); \
         mq_conv_rows(cv, yz, r0, r1, lane);                                                 \
@@ -503,7 +458,7 @@ REDLITE_Q16_TYPES(DEF_MQ1)
         if (ids) prefetch((u64)ids[z]);                                                     \
         mq_stage_x(xu, xd, x + (u64)(z / x_div) * x_zstride, 0, n_in);                      \
         float* yz = y + (u64)z * y_zstride;                                                 \
-        mq_stream_##T<1, MQ_K, 2, 0>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
+        mq_stream_##T<1, MQ_K, 2>(geo, mat, r0, r1, xu, xd, 0, 1, smem[warp], lane, pre,    \
                                   sh[0], sh[1], tab,                                        \
                                   [&](int r, const float* g, const float* u) {              \
                                       yz[r] = silu_f(g[0]) * u[0];                          \
@@ -593,7 +548,7 @@ REDLITE_MQGU_PAIRS(DEF_MQGU_PAIR)
         const u64 xs = (u64)(n_in / 32);                                                    \
         float* yz = y + (u64)z * y_zstride + (u64)t0 * ldy;                                 \
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, 1);                       \
-        mq_stream_##T<MVN_NT, 1, 1, 1>(geo, mat, r0, r1, xu + (u64)t0 * xs,                    \
+        mq_stream_##T<MVN_NT, 1, 1>(geo, mat, r0, r1, xu + (u64)t0 * xs,                    \
                                     xd + (u64)t0 * xs, xs, nt, smem[warp], lane, 0, 0, 0,   \
                                     MQ_TAB_ON(T) ? qtab : nullptr,                          \
                                     [&](int r, const float* a, const float*) {              \
