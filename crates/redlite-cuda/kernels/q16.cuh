@@ -216,15 +216,23 @@ __device__ __forceinline__ void rl_q16_ld8w(const uint8_t* p, uint32_t w[8]) {
     for (int i = 0; i < 8; i++) w[i] = rl_q16_funnel(r[i], r[i + 1], sh);
 }
 
-// Σ over words k0 .. k1 of w (bytes) times the unit's activation pairs.
+// Σ over words k0 .. k1 of w (bytes) times the unit's activation pairs, in
+// four independent dp2a chains (the low and high halves of even and odd
+// words) added at the end: integer sums, exact, so the chains change no bit
+// of the result and only shorten the dependent sequence a warp waits on.
 __device__ __forceinline__ int rl_q16_isum(const RlQW& w, const RlXU& x, int k0, int k1) {
-    int s = 0;
+    int a0 = 0, a1 = 0, b0 = 0, b1 = 0;
     RL_UNROLL
     for (int k = k0; k < k1; k++) {
-        s = rl_dp2lo(x.q[2 * k], w.w[k], s);
-        s = rl_dp2hi(x.q[2 * k + 1], w.w[k], s);
+        if (((k - k0) & 1) == 0) {
+            a0 = rl_dp2lo(x.q[2 * k], w.w[k], a0);
+            b0 = rl_dp2hi(x.q[2 * k + 1], w.w[k], b0);
+        } else {
+            a1 = rl_dp2lo(x.q[2 * k], w.w[k], a1);
+            b1 = rl_dp2hi(x.q[2 * k + 1], w.w[k], b1);
+        }
     }
-    return s;
+    return (a0 + a1) + (b0 + b1);
 }
 
 // Q4_K: unit j = sub-block j; weight = a0·q − a1 (q in 0..15).

@@ -303,6 +303,8 @@ pub struct Gpu {
     /// each kernel may start while the one before it finishes, and waits
     /// for it inside (`RL_PDL_WAIT` in `common.cuh`).
     pdl: std::sync::atomic::AtomicBool,
+    /// Kernels launched so far ([`Gpu::launches`]).
+    launched: std::sync::atomic::AtomicU64,
     /// A second stream for work that runs beside the main one (the expert
     /// prefetch of a decode step), forked from and joined back to it by the
     /// two events below (which a graph capture turns into edges).
@@ -414,6 +416,7 @@ impl Gpu {
             prof,
             pdl_ok: cc.0 >= 9,
             pdl: std::sync::atomic::AtomicBool::new(false),
+            launched: std::sync::atomic::AtomicU64::new(0),
             side,
             ev_fork,
             ev_join,
@@ -463,6 +466,7 @@ impl Gpu {
         args: &[Arg],
     ) -> Result<(), CudaError> {
         check_args(&func, args)?;
+        self.count_launch();
         let mut slots = [0u64; MAX_ARGS];
         if args.len() > slots.len() {
             return Err(CudaError::Driver(format!(
@@ -609,6 +613,7 @@ impl Gpu {
 
     /// Replay `g` on the stream.
     pub fn replay(&self, g: &Graph) -> Result<(), CudaError> {
+        self.count_launch();
         // SAFETY: the graph was instantiated in this context.
         unsafe { sys::cuGraphLaunch(g.exec, self.stream) }
             .result()
@@ -699,6 +704,7 @@ impl Gpu {
             return Ok(());
         }
         self.bind()?;
+        self.count_launch();
         // SAFETY: `dst` holds at least `src`'s bytes (callers size it); the
         // copy completes before the host slice can go away (synchronised).
         unsafe {
@@ -725,6 +731,7 @@ impl Gpu {
         if bytes == 0 {
             return Ok(());
         }
+        self.count_launch();
         // SAFETY: both ranges are device allocations of at least `bytes`.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
             .map_err(drv("device copy"))
@@ -735,6 +742,7 @@ impl Gpu {
             return Ok(());
         }
         self.bind()?;
+        self.count_launch();
         // SAFETY: `dst` is a device allocation of at least `bytes`.
         unsafe { result::memset_d8_async(dst, 0, bytes, self.stream) }.map_err(drv("memset"))
     }
@@ -757,6 +765,18 @@ impl Gpu {
         self.launch_f(f, grid, block, smem, args)
     }
 
+    /// Kernels and copies queued so far on the streams (launched or
+    /// captured): a caller that saw the same count before knows nothing ran
+    /// in between.
+    pub fn launches(&self) -> u64 {
+        self.launched.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count_launch(&self) {
+        self.launched
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Queue kernel `f` on the stream (timed when profiling).
     pub fn launch_f(
         &self,
@@ -767,6 +787,7 @@ impl Gpu {
         args: &[Arg],
     ) -> Result<(), CudaError> {
         check_args(&func, args)?;
+        self.count_launch();
         let (f, name) = (func.f, func.name);
         let ev = |flags: u32| -> Option<sys::CUevent> {
             let mut e = std::mem::MaybeUninit::uninit();

@@ -331,6 +331,9 @@ fn matvec_every_type_matches_the_cpu() {
                     Arg::U(rid.ptr),
                     Arg::U(rwt.ptr),
                     Arg::U(done.ptr),
+                    // No expert prefetch marks (xpc, tag).
+                    Arg::U(0),
+                    Arg::I(0),
                 ],
             )
             .expect("launch");
