@@ -910,12 +910,33 @@ impl Held {
     }
 }
 
-/// The routed experts `ids` (held) of a prefill pass, all at once: every
-/// expert's gate and up products in one [`Backend::matmul_batch`] region,
-/// SwiGLU over all of them, every down product in a second region, then the
-/// weighted sums in expert order. Each product is computed as
-/// [`Backend::matmul`] computes it alone, so `y` is what one expert after
-/// another gives, bit for bit.
+/// Experts per pair of batched regions in a prefill pass: enough tiles to
+/// keep every core busy to the end of a region, few enough that the
+/// experts' inputs and outputs stay in the last-level cache (8 experts of
+/// ~80 tokens: about 12 MB in all).
+const EXPERT_BATCH: usize = 8;
+
+thread_local! {
+    /// The batched experts' gathered inputs, gate and up outputs and down
+    /// outputs, reused from layer to layer: buffers of megabytes allocated
+    /// afresh would be mapped and zeroed page by page every time.
+    static MOE_SCRATCH: std::cell::RefCell<[Vec<f32>; 4]> = Default::default();
+}
+
+/// `v[..n]`, grown (never shrunk) as needed; its old contents stay.
+fn scratch(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// The routed experts `ids` (held) of a prefill pass, [`EXPERT_BATCH`] at a
+/// time: each batch's gate and up products in one
+/// [`Backend::matmul_batch`] region, SwiGLU over all of them, the down
+/// products in a second region, then the weighted sums in expert order.
+/// Each product is computed as [`Backend::matmul`] computes it alone, so `y`
+/// is what one expert after another gives, bit for bit.
 ///
 /// [`Backend::matmul_batch`]: redlite_backend::Backend::matmul_batch
 /// [`Backend::matmul`]: redlite_backend::Backend::matmul
@@ -930,19 +951,45 @@ fn routed_batch(
     y: &mut [f32],
     tr: &mut Tr<'_>,
 ) -> Result<(), ModelError> {
+    MOE_SCRATCH.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        for (ci, sub) in ids.chunks(EXPERT_BATCH).enumerate() {
+            let at = ci * EXPERT_BATCH;
+            routed_sub(model, w, held, at, sub, h, routes, y, tr, &mut bufs)?;
+        }
+        Ok(())
+    })
+}
+
+/// One batch of [`routed_batch`]: experts `ids`, the `at`-th held first.
+#[allow(clippy::too_many_arguments)]
+fn routed_sub(
+    model: &Model,
+    w: &MoeW,
+    held: &Held,
+    at: usize,
+    ids: &[usize],
+    h: &[f32],
+    routes: &[Vec<(usize, f32)>],
+    y: &mut [f32],
+    tr: &mut Tr<'_>,
+    bufs: &mut [Vec<f32>; 4],
+) -> Result<(), ModelError> {
     let f = &model.gguf;
     let be = model.backend.as_ref();
     let d = model.config.n_embd;
+    let [xs, gb, ub, db] = bufs;
     let mats: Vec<ExpertMats<'_>> = ids
         .iter()
         .enumerate()
-        .map(|(i, &e)| held.mats(f, w, i, e))
+        .map(|(i, &e)| held.mats(f, w, at + i, e))
         .collect::<Result<_, _>>()?;
     let ns: Vec<usize> = ids.iter().map(|&e| routes[e].len()).collect();
-    // Each expert's tokens gathered (`[n_e, d]`), one buffer after another.
-    let mut xs = vec![0f32; ns.iter().sum::<usize>() * d];
+    let rows: usize = ns.iter().sum();
+    // Each expert's tokens gathered (`[n_e, d]`), one after another.
+    let xs = scratch(xs, rows * d);
     {
-        let mut rest = xs.as_mut_slice();
+        let mut rest = &mut *xs;
         for &e in ids {
             let (xe, r) = rest.split_at_mut(routes[e].len() * d);
             for (j, &(tt, _)) in routes[e].iter().enumerate() {
@@ -951,18 +998,17 @@ fn routed_batch(
             rest = r;
         }
     }
-    let xes = split_rows(&xs, &ns, d);
+    let xes = split_rows(xs, &ns, d);
     for ((&e, &n), xe) in ids.iter().zip(&ns).zip(&xes) {
         tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, n, xe);
     }
     // Gate and up of every expert, one region; then SwiGLU over all of them.
-    let ff: Vec<usize> = mats.iter().map(|m| m.0.n_out).collect();
-    let sizes: Vec<usize> = ns.iter().zip(&ff).map(|(n, f)| n * f).collect();
+    let sizes: Vec<usize> = ns.iter().zip(&mats).map(|(n, m)| n * m.0.n_out).collect();
     let total: usize = sizes.iter().sum();
-    let (mut g, mut u) = (vec![0f32; total], vec![0f32; total]);
+    let (g, u) = (scratch(gb, total), scratch(ub, total));
     {
         let mut jobs = Vec::with_capacity(2 * ids.len());
-        let (mut gr, mut ur) = (g.as_mut_slice(), u.as_mut_slice());
+        let (mut gr, mut ur) = (&mut *g, &mut *u);
         for (((gate, up, _), xe), (&n, &sz)) in mats.iter().zip(&xes).zip(ns.iter().zip(&sizes)) {
             let (gy, gn) = gr.split_at_mut(sz);
             let (uy, un) = ur.split_at_mut(sz);
@@ -982,17 +1028,16 @@ fn routed_batch(
         }
         be.matmul_batch(&mut jobs);
     }
-    be.silu_mul(&mut g, &u);
-    drop(u);
-    let acts = split_rows(&g, &sizes, 1);
+    be.silu_mul(g, u);
+    let acts = split_rows(g, &sizes, 1);
     for ((&e, &n), act) in ids.iter().zip(&ns).zip(&acts) {
         tr.expert_input(f, &[w.down.tensor], e, n, act);
     }
     // Every down product, one region.
-    let mut downs = vec![0f32; ns.iter().sum::<usize>() * d];
+    let downs = scratch(db, rows * d);
     {
         let mut jobs = Vec::with_capacity(ids.len());
-        let mut rest = downs.as_mut_slice();
+        let mut rest = &mut *downs;
         for (((_, _, down), act), &n) in mats.iter().zip(&acts).zip(&ns) {
             let (dy, r) = rest.split_at_mut(n * d);
             rest = r;
@@ -1006,8 +1051,8 @@ fn routed_batch(
         be.matmul_batch(&mut jobs);
     }
     // y[tt] += wt · down row, expert after expert (as scatter_add would).
-    let mut adds = Vec::with_capacity(ns.iter().sum());
-    for (&e, down) in ids.iter().zip(split_rows(&downs, &ns, d)) {
+    let mut adds = Vec::with_capacity(rows);
+    for (&e, down) in ids.iter().zip(split_rows(downs, &ns, d)) {
         for (&(tt, wt), row) in routes[e].iter().zip(down.chunks_exact(d)) {
             adds.push((tt, wt, row));
         }
