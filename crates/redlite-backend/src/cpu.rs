@@ -343,6 +343,143 @@ fn gemm_q16(w: &QMat<'_>, k: &Q16Kernels, x: &[f32], n_tok: usize, y: &mut [f32]
 }
 
 thread_local! {
+    /// Quantized inputs of a `matmul_batch` call, one per distinct input.
+    static XQ_BATCH: std::cell::RefCell<Vec<Q16Act>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One tile of rows of one job of a batched region.
+struct BatchTask {
+    job: usize,
+    r0: usize,
+    rows: usize,
+}
+
+/// What a tile of a batched region reads: the job's weights and kernels,
+/// its quantized input, its token count and its output.
+struct BatchJob<'w> {
+    w: QMat<'w>,
+    a: usize,
+    n_tok: usize,
+    out: SyncPtr,
+}
+
+/// `matmul` of every job, the integer batched ones (integer kernels and at
+/// least `SMALL_BATCH` tokens) in one parallel region of `GEMM_ROWS`-row
+/// tiles over all of them, after their distinct inputs are quantized (in
+/// parallel). Each output is computed by the same tile product as
+/// `gemm_q16` (a tile's outputs do not depend on which rows or how many
+/// tokens share it), so the bits are `matmul`'s. The other jobs, and jobs
+/// whose input is not finite, then take `matmul`'s own path one by one.
+fn matmul_batch_q16(jobs: &mut [MatJob<'_, '_>]) {
+    XQ_BATCH.with(|cell| {
+        let mut acts = cell.borrow_mut();
+        let mut inputs: Vec<&[f32]> = Vec::new();
+        let mut which: Vec<Option<usize>> = Vec::with_capacity(jobs.len());
+        for j in jobs.iter() {
+            if j.n_tok < SMALL_BATCH || j.w.n_out == 0 || j.w.q16().is_none() {
+                which.push(None);
+                continue;
+            }
+            let key = (j.x.as_ptr(), j.x.len());
+            let i = match inputs.iter().position(|x| (x.as_ptr(), x.len()) == key) {
+                Some(i) => i,
+                None => {
+                    inputs.push(j.x);
+                    inputs.len() - 1
+                }
+            };
+            which.push(Some(i));
+        }
+        if acts.len() < inputs.len() {
+            acts.resize_with(inputs.len(), Q16Act::default);
+        }
+        let finite: Vec<bool> = acts[..inputs.len()]
+            .par_iter_mut()
+            .zip(&inputs)
+            .map(|(a, x)| a.quantize_for_gemm(x))
+            .collect();
+        let mut tasks = Vec::new();
+        let mut batch: Vec<Option<BatchJob<'_>>> = Vec::with_capacity(jobs.len());
+        for (ji, (j, w)) in jobs.iter_mut().zip(&which).enumerate() {
+            let Some(a) = *w else {
+                batch.push(None);
+                continue;
+            };
+            if !finite[a] {
+                batch.push(None);
+                continue;
+            }
+            let n_out = j.w.n_out;
+            for ci in 0..n_out.div_ceil(GEMM_ROWS) {
+                let r0 = ci * GEMM_ROWS;
+                tasks.push(BatchTask {
+                    job: ji,
+                    r0,
+                    rows: GEMM_ROWS.min(n_out - r0),
+                });
+            }
+            batch.push(Some(BatchJob {
+                w: j.w,
+                a,
+                n_tok: j.n_tok,
+                out: SyncPtr(j.y.as_mut_ptr()),
+            }));
+        }
+        {
+            let (acts, batch) = (&*acts, &batch);
+            tasks.par_iter().for_each(|t| {
+                let Some((b, k)) = batch[t.job].as_ref().and_then(|b| Some((b, b.w.q16()?))) else {
+                    return;
+                };
+                let (rb, n_in, n_out) = (b.w.row_bytes(), b.w.n_in, b.w.n_out);
+                TILE.with(|tl| {
+                    let mut tile = tl.borrow_mut();
+                    tile.unpack(k, &b.w.data[t.r0 * rb..(t.r0 + t.rows) * rb], rb, t.rows);
+                    // SAFETY: the job's `y` holds `n_tok · n_out` values (the
+                    // caller asserted it) and stays borrowed mutably for the
+                    // region; this task alone writes columns `r0 .. r0 + rows`
+                    // of its `n_tok` rows, at `r0 + r + t · n_out < n_tok · n_out`.
+                    unsafe {
+                        redlite_quant::q16::gemm::gemm_tile_strided(
+                            k,
+                            &tile,
+                            &acts[b.a],
+                            b.n_tok,
+                            n_in,
+                            b.out.get().add(t.r0),
+                            1,
+                            n_out,
+                        );
+                    }
+                });
+            });
+        }
+        for (j, b) in jobs.iter_mut().zip(&batch) {
+            if b.is_none() {
+                matmul_any(Activations::Int16, &j.w, j.x, j.n_tok, j.y);
+            }
+        }
+    })
+}
+
+/// `matmul`'s body (on the current thread's pool).
+fn matmul_any(act: Activations, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
+    if let (Activations::Int16, Some(k)) = (act, w.q16()) {
+        if n_tok < SMALL_BATCH {
+            if matmul_q16(w, k, x, n_tok, y) {
+                return;
+            }
+        } else if gemm_q16(w, k, x, n_tok, y) {
+            return;
+        }
+    }
+    matmul_impl(w, x, n_tok, y)
+}
+
+/// Elements per task of `silu_mul`.
+const SILU_CHUNK: usize = 1 << 14;
+
+thread_local! {
     /// Quantized inputs of a `matmul_multi` call, one per distinct input.
     static XQ_MULTI: std::cell::RefCell<Vec<Q16Act>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -804,17 +941,77 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
-        self.pool.install(|| {
-            if let (Activations::Int16, Some(k)) = (self.act, w.q16()) {
-                if n_tok < SMALL_BATCH {
-                    if matmul_q16(w, k, x, n_tok, y) {
-                        return;
-                    }
-                } else if gemm_q16(w, k, x, n_tok, y) {
-                    return;
+        self.pool.install(|| matmul_any(self.act, w, x, n_tok, y))
+    }
+
+    fn matmul_batch(&self, jobs: &mut [MatJob<'_, '_>]) {
+        for j in jobs.iter() {
+            assert_eq!(
+                j.x.len(),
+                j.n_tok * j.w.n_in,
+                "matmul_batch: activation size"
+            );
+            assert_eq!(j.y.len(), j.n_tok * j.w.n_out, "matmul_batch: output size");
+        }
+        self.pool.install(|| match self.act {
+            Activations::Int16 => matmul_batch_q16(jobs),
+            Activations::F32 => {
+                for j in jobs.iter_mut() {
+                    matmul_impl(&j.w, j.x, j.n_tok, j.y);
                 }
             }
-            matmul_impl(w, x, n_tok, y)
+        })
+    }
+
+    fn add_rows(&self, y: &mut [f32], d: usize, adds: &[(usize, f32, &[f32])]) {
+        if d == 0 {
+            return;
+        }
+        let rows = y.len() / d;
+        // Each row's adds, in the order given.
+        let mut first = vec![usize::MAX; rows];
+        let mut next = vec![usize::MAX; adds.len()];
+        let mut last = vec![usize::MAX; rows];
+        for (i, &(r, _, src)) in adds.iter().enumerate() {
+            assert!(r < rows, "add_rows: row {r} of {rows}");
+            assert_eq!(src.len(), d, "add_rows: source of {} values", src.len());
+            if first[r] == usize::MAX {
+                first[r] = i;
+            } else {
+                next[last[r]] = i;
+            }
+            last[r] = i;
+        }
+        let (first, next) = (&first, &next);
+        self.pool.install(|| {
+            y[..rows * d]
+                .par_chunks_mut(d)
+                .enumerate()
+                .for_each(|(r, yr)| {
+                    let mut i = first[r];
+                    while i != usize::MAX {
+                        let (_, w, src) = adds[i];
+                        yr.iter_mut().zip(src).for_each(|(a, b)| *a += w * b);
+                        i = next[i];
+                    }
+                })
+        })
+    }
+
+    fn silu_mul(&self, a: &mut [f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len(), "silu_mul: operand sizes");
+        let f = |(a, b): (&mut [f32], &[f32])| {
+            a.iter_mut()
+                .zip(b)
+                .for_each(|(x, y)| *x = crate::silu_mul_one(*x, *y))
+        };
+        if a.len() <= SILU_CHUNK {
+            return f((a, b));
+        }
+        self.pool.install(|| {
+            a.par_chunks_mut(SILU_CHUNK)
+                .zip(b.par_chunks(SILU_CHUNK))
+                .for_each(f)
         })
     }
 
@@ -1246,6 +1443,130 @@ mod tests {
                         w.ty
                     );
                 }
+            }
+        }
+    }
+
+    /// One batched region (no-token, few-token and many-token jobs, shared
+    /// and separate inputs, rows that are not whole tiles, a type without
+    /// integer kernels, a non-finite input) gives every job exactly its own
+    /// `matmul`, on both activation paths.
+    #[test]
+    fn matmul_batch_equals_each_matmul_bit_for_bit() {
+        let n_in = 512;
+        let mut r = Rng(12);
+        let q4 = random_quant(&mut r, GgmlType::Q4_K, n_in * 70, &[0, 2]);
+        let q5 = random_quant(&mut r, GgmlType::Q5_K, n_in * 33, &[0, 2]);
+        let q6 = random_quant(&mut r, GgmlType::Q6_K, n_in * 130, &[208]);
+        let q8 = random_quant(&mut r, GgmlType::Q8_0, n_in * 9, &[0]);
+        let iq2 = random_quant(&mut r, GgmlType::IQ2_XS, n_in * 64, &[0]);
+        let bf = bf16_bytes(&r.vec(n_in * 5));
+        let mats = [
+            QMat::new(GgmlType::Q4_K, n_in, 70, &q4).expect("q4"),
+            QMat::new(GgmlType::Q5_K, n_in, 33, &q5).expect("q5"),
+            QMat::new(GgmlType::Q6_K, n_in, 130, &q6).expect("q6"),
+            QMat::new(GgmlType::Q8_0, n_in, 9, &q8).expect("q8"),
+            QMat::new(GgmlType::BF16, n_in, 5, &bf).expect("bf16"),
+            QMat::new(GgmlType::IQ2_XS, n_in, 64, &iq2).expect("iq2_xs"),
+        ];
+        let x1 = r.vec(n_in);
+        let x3 = r.vec(3 * n_in);
+        let x7 = r.vec(7 * n_in);
+        let x41 = r.vec(41 * n_in);
+        let mut xnan = r.vec(5 * n_in);
+        xnan[3 * n_in + 17] = f32::NAN;
+        // (matrix, input, tokens)
+        let plan: [(usize, &[f32], usize); 12] = [
+            (0, &[], 0),
+            (0, &x1, 1),
+            (0, &x3, 3),
+            (0, &x41, 41),
+            (1, &x41, 41),
+            (2, &x7, 7),
+            (3, &x7, 7),
+            (4, &x7, 7),
+            (5, &x41, 41),
+            (2, &x41, 41),
+            (1, &xnan, 5),
+            (5, &x7, 7),
+        ];
+        for act in [Activations::Int16, Activations::F32] {
+            let be = backend().with_activations(act);
+            let mut outs: Vec<Vec<f32>> = plan
+                .iter()
+                .map(|&(m, _, t)| vec![f32::NAN; t * mats[m].n_out])
+                .collect();
+            {
+                let mut jobs: Vec<MatJob<'_, '_>> = plan
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .map(|(&(m, x, t), y)| MatJob {
+                        w: mats[m],
+                        x,
+                        n_tok: t,
+                        y,
+                    })
+                    .collect();
+                be.matmul_batch(&mut jobs);
+            }
+            for (i, (&(m, x, t), got)) in plan.iter().zip(&outs).enumerate() {
+                let w = &mats[m];
+                let mut want = vec![0f32; t * w.n_out];
+                be.matmul(w, x, t, &mut want);
+                for (k, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "{act:?} job {i} ({}) value {k}",
+                        w.ty
+                    );
+                }
+            }
+        }
+    }
+
+    /// The parallel weighted row sums give the trait's serial loop bit for
+    /// bit (rows with several adds, in their order; rows with none).
+    #[test]
+    fn add_rows_equals_serial_loop() {
+        let be = backend();
+        let (d, rows) = (300, 37);
+        let mut r = Rng(14);
+        let srcs: Vec<Vec<f32>> = (0..90).map(|_| r.vec(d)).collect();
+        let adds: Vec<(usize, f32, &[f32])> = srcs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((i * 7 + i / 5) % (rows - 3), r.f(), s.as_slice()))
+            .collect();
+        let y0 = r.vec(rows * d);
+        let mut want = y0.clone();
+        for &(row, w, src) in &adds {
+            for (a, b) in want[row * d..(row + 1) * d].iter_mut().zip(src) {
+                *a += w * b;
+            }
+        }
+        let mut got = y0.clone();
+        be.add_rows(&mut got, d, &adds);
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), e.to_bits(), "element {i}");
+        }
+        assert_ne!(got, y0, "the adds changed nothing");
+    }
+
+    /// The parallel SwiGLU gives the trait's serial formula bit for bit, on
+    /// a vector of several tasks and on a short one.
+    #[test]
+    fn silu_mul_equals_serial_formula() {
+        let be = backend();
+        let mut r = Rng(13);
+        for n in [1000, 3 * SILU_CHUNK + 77] {
+            let a: Vec<f32> = r.vec(n).iter().map(|v| 12.0 * v).collect();
+            let b = r.vec(n);
+            let mut got = a.clone();
+            be.silu_mul(&mut got, &b);
+            for (i, ((g, x), y)) in got.iter().zip(&a).zip(&b).enumerate() {
+                let want = x * (1.0 / (1.0 + (-x).exp())) * y;
+                assert_eq!(g.to_bits(), want.to_bits(), "element {i} of {n}");
             }
         }
     }

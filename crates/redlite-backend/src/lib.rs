@@ -195,6 +195,12 @@ impl<'a> KvBlocks<'a> {
     }
 }
 
+/// `silu(x) · y` as [`Backend::silu_mul`] computes each element.
+#[inline]
+pub fn silu_mul_one(x: f32, y: f32) -> f32 {
+    x * (1.0 / (1.0 + (-x).exp())) * y
+}
+
 /// One product of a [`Backend::matmul_multi`] call: `y = W·x` over `n_tok`
 /// rows, each computed exactly as at batch 1.
 pub struct MatJob<'a, 'b> {
@@ -225,6 +231,40 @@ pub trait Backend: Send + Sync {
     fn matmul_multi(&self, jobs: &mut [MatJob<'_, '_>]) {
         for j in jobs.iter_mut() {
             self.matmul_rows(&j.w, j.x, j.n_tok, j.y);
+        }
+    }
+
+    /// Several independent products, each exactly as [`Backend::matmul`]
+    /// computes it (bit for bit), as one parallel region where the backend
+    /// can: a prefill pass's routed experts (every expert's gate and up, then
+    /// every down), projections sharing an input. `n_tok` may differ between
+    /// jobs; jobs whose `x` is the same slice may share work on it.
+    fn matmul_batch(&self, jobs: &mut [MatJob<'_, '_>]) {
+        for j in jobs.iter_mut() {
+            self.matmul(&j.w, j.x, j.n_tok, j.y);
+        }
+    }
+
+    /// In place: `a[i] = silu(a[i]) · b[i]`, computed as
+    /// `(x · (1 / (1 + e^-x))) · b` in f32 (SwiGLU after the gate and up
+    /// products; the model's own formula, so the bits are its).
+    fn silu_mul(&self, a: &mut [f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len(), "silu_mul: operand sizes");
+        a.iter_mut()
+            .zip(b)
+            .for_each(|(x, y)| *x = silu_mul_one(*x, *y));
+    }
+
+    /// `y[r] += w · src` (rows of `d` values, `*y += w * src` per element)
+    /// for every `(r, w, src)` of `adds`, in the order given among those of
+    /// one row: the weighted sum of a prefill pass's routed experts. A
+    /// backend may run different rows in parallel (the bits are the same).
+    fn add_rows(&self, y: &mut [f32], d: usize, adds: &[(usize, f32, &[f32])]) {
+        for &(r, w, src) in adds {
+            y[r * d..(r + 1) * d]
+                .iter_mut()
+                .zip(src)
+                .for_each(|(a, b)| *a += w * b);
         }
     }
 

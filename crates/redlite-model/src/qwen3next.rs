@@ -142,9 +142,11 @@ fn linear(
     y
 }
 
-/// Several products of the same input `x`. Decode-sized batches (and
-/// exact-row mode) run them as one `matmul_multi` region, with `x`
-/// quantized once; larger batches run [`linear_rows`] one by one.
+/// Several products of the same input `x`, as one region with `x`
+/// quantized once: decode-sized batches (and exact-row mode) as
+/// `matmul_multi`, larger batches as `matmul_batch` (each product as
+/// [`linear`] computes it; a matrix stored as runs of rows, the legacy
+/// fused `ssm_in`, gives each run's outputs to its columns).
 fn linear_group(
     be: &dyn Backend,
     f: &redlite_gguf::GgufFile,
@@ -153,12 +155,6 @@ fn linear_group(
     t: usize,
     exact: bool,
 ) -> Result<Vec<Vec<f32>>, ModelError> {
-    if !(exact || t < EXPERT_GEMM_MIN) {
-        return mats
-            .iter()
-            .map(|m| linear_rows(be, f, m, x, t, exact))
-            .collect();
-    }
     let parts: Vec<Vec<redlite_backend::QMat<'_>>> =
         mats.iter().map(|m| qmats(f, m)).collect::<Result<_, _>>()?;
     let mut outs: Vec<Vec<Vec<f32>>> = parts
@@ -177,7 +173,11 @@ fn linear_group(
                 });
             }
         }
-        be.matmul_multi(&mut jobs);
+        if exact || t < EXPERT_GEMM_MIN {
+            be.matmul_multi(&mut jobs);
+        } else {
+            be.matmul_batch(&mut jobs);
+        }
     }
     Ok(mats
         .iter()
@@ -198,32 +198,6 @@ fn linear_group(
             y
         })
         .collect())
-}
-
-/// [`linear`] for a matrix that may be stored as runs of rows (the legacy
-/// fused `ssm_in` read in place): each run's outputs go to its columns.
-fn linear_rows(
-    be: &dyn Backend,
-    f: &redlite_gguf::GgufFile,
-    m: &Mat,
-    x: &[f32],
-    t: usize,
-    exact: bool,
-) -> Result<Vec<f32>, ModelError> {
-    let parts = qmats(f, m)?;
-    if let [one] = parts.as_slice() {
-        return Ok(linear(be, one, x, t, exact));
-    }
-    let mut y = vec![0f32; t * m.n_out];
-    let mut col = 0;
-    for p in &parts {
-        let yp = linear(be, p, x, t, exact);
-        for (dst, src) in y.chunks_mut(m.n_out).zip(yp.chunks(p.n_out)) {
-            dst[col..col + p.n_out].copy_from_slice(src);
-        }
-        col += p.n_out;
-    }
-    Ok(y)
 }
 
 /// Feed `tokens` (one batch of one sequence) at the state's position and
@@ -715,20 +689,7 @@ fn moe(
             .map_or(active.len().max(1), |c| c.group_size());
         for ids in active.chunks(group) {
             let held = hold(model, il, ids)?;
-            for (i, &e) in ids.iter().enumerate() {
-                let toks = &routes[e];
-                let n = toks.len();
-                let mut xe = vec![0f32; n * d];
-                for (j, &(tt, _)) in toks.iter().enumerate() {
-                    xe[j * d..(j + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
-                }
-                let (gate, up, down) = held.mats(f, w, i, e)?;
-                tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, n, &xe);
-                let act = swiglu(be, &gate, &up, &xe, n, ex);
-                tr.expert_input(f, &[w.down.tensor], e, n, &act);
-                let down = linear(be, &down, &act, n, ex);
-                scatter_add(&mut y, d, toks, &down);
-            }
+            routed_batch(model, w, &held, ids, h, &routes, &mut y, tr)?;
         }
     }
     tr.put("ffn_moe_out", Some(il), t, &y);
@@ -949,17 +910,165 @@ impl Held {
     }
 }
 
-/// `silu(G·x) ⊙ (U·x)` over a batch.
-fn swiglu(
-    be: &dyn Backend,
-    gate: &redlite_backend::QMat<'_>,
-    up: &redlite_backend::QMat<'_>,
-    x: &[f32],
-    t: usize,
-    ex: bool,
-) -> Vec<f32> {
-    let mut g = linear(be, gate, x, t, ex);
-    let u = linear(be, up, x, t, ex);
-    g.iter_mut().zip(&u).for_each(|(a, b)| *a = silu(*a) * b);
-    g
+/// Experts per pair of batched regions in a prefill pass: enough tiles to
+/// keep every core busy to the end of a region, few enough that the
+/// experts' inputs and outputs stay in the last-level cache (8 experts of
+/// ~80 tokens: about 12 MB in all).
+const EXPERT_BATCH: usize = 8;
+
+thread_local! {
+    /// The batched experts' gathered inputs, gate and up outputs and down
+    /// outputs, reused from layer to layer: buffers of megabytes allocated
+    /// afresh would be mapped and zeroed page by page every time.
+    static MOE_SCRATCH: std::cell::RefCell<[Vec<f32>; 4]> = Default::default();
+}
+
+/// `v[..n]`, grown (never shrunk) as needed; its old contents stay.
+fn scratch(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// The routed experts `ids` (held) of a prefill pass, [`EXPERT_BATCH`] at a
+/// time: each batch's gate and up products in one
+/// [`Backend::matmul_batch`] region, SwiGLU over all of them, the down
+/// products in a second region, then the weighted sums in expert order.
+/// Each product is computed as [`Backend::matmul`] computes it alone, so `y`
+/// is what one expert after another gives, bit for bit.
+///
+/// [`Backend::matmul_batch`]: redlite_backend::Backend::matmul_batch
+/// [`Backend::matmul`]: redlite_backend::Backend::matmul
+#[allow(clippy::too_many_arguments)]
+fn routed_batch(
+    model: &Model,
+    w: &MoeW,
+    held: &Held,
+    ids: &[usize],
+    h: &[f32],
+    routes: &[Vec<(usize, f32)>],
+    y: &mut [f32],
+    tr: &mut Tr<'_>,
+) -> Result<(), ModelError> {
+    MOE_SCRATCH.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        for (ci, sub) in ids.chunks(EXPERT_BATCH).enumerate() {
+            let at = ci * EXPERT_BATCH;
+            routed_sub(model, w, held, at, sub, h, routes, y, tr, &mut bufs)?;
+        }
+        Ok(())
+    })
+}
+
+/// One batch of [`routed_batch`]: experts `ids`, the `at`-th held first.
+#[allow(clippy::too_many_arguments)]
+fn routed_sub(
+    model: &Model,
+    w: &MoeW,
+    held: &Held,
+    at: usize,
+    ids: &[usize],
+    h: &[f32],
+    routes: &[Vec<(usize, f32)>],
+    y: &mut [f32],
+    tr: &mut Tr<'_>,
+    bufs: &mut [Vec<f32>; 4],
+) -> Result<(), ModelError> {
+    let f = &model.gguf;
+    let be = model.backend.as_ref();
+    let d = model.config.n_embd;
+    let [xs, gb, ub, db] = bufs;
+    let mats: Vec<ExpertMats<'_>> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| held.mats(f, w, at + i, e))
+        .collect::<Result<_, _>>()?;
+    let ns: Vec<usize> = ids.iter().map(|&e| routes[e].len()).collect();
+    let rows: usize = ns.iter().sum();
+    // Each expert's tokens gathered (`[n_e, d]`), one after another.
+    let xs = scratch(xs, rows * d);
+    {
+        let mut rest = &mut *xs;
+        for &e in ids {
+            let (xe, r) = rest.split_at_mut(routes[e].len() * d);
+            for (j, &(tt, _)) in routes[e].iter().enumerate() {
+                xe[j * d..(j + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
+            }
+            rest = r;
+        }
+    }
+    let xes = split_rows(xs, &ns, d);
+    for ((&e, &n), xe) in ids.iter().zip(&ns).zip(&xes) {
+        tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, n, xe);
+    }
+    // Gate and up of every expert, one region; then SwiGLU over all of them.
+    let sizes: Vec<usize> = ns.iter().zip(&mats).map(|(n, m)| n * m.0.n_out).collect();
+    let total: usize = sizes.iter().sum();
+    let (g, u) = (scratch(gb, total), scratch(ub, total));
+    {
+        let mut jobs = Vec::with_capacity(2 * ids.len());
+        let (mut gr, mut ur) = (&mut *g, &mut *u);
+        for (((gate, up, _), xe), (&n, &sz)) in mats.iter().zip(&xes).zip(ns.iter().zip(&sizes)) {
+            let (gy, gn) = gr.split_at_mut(sz);
+            let (uy, un) = ur.split_at_mut(sz);
+            (gr, ur) = (gn, un);
+            jobs.push(redlite_backend::MatJob {
+                w: *gate,
+                x: xe,
+                n_tok: n,
+                y: gy,
+            });
+            jobs.push(redlite_backend::MatJob {
+                w: *up,
+                x: xe,
+                n_tok: n,
+                y: uy,
+            });
+        }
+        be.matmul_batch(&mut jobs);
+    }
+    be.silu_mul(g, u);
+    let acts = split_rows(g, &sizes, 1);
+    for ((&e, &n), act) in ids.iter().zip(&ns).zip(&acts) {
+        tr.expert_input(f, &[w.down.tensor], e, n, act);
+    }
+    // Every down product, one region.
+    let downs = scratch(db, rows * d);
+    {
+        let mut jobs = Vec::with_capacity(ids.len());
+        let mut rest = &mut *downs;
+        for (((_, _, down), act), &n) in mats.iter().zip(&acts).zip(&ns) {
+            let (dy, r) = rest.split_at_mut(n * d);
+            rest = r;
+            jobs.push(redlite_backend::MatJob {
+                w: *down,
+                x: act,
+                n_tok: n,
+                y: dy,
+            });
+        }
+        be.matmul_batch(&mut jobs);
+    }
+    // y[tt] += wt · down row, expert after expert (as scatter_add would).
+    let mut adds = Vec::with_capacity(rows);
+    for (&e, down) in ids.iter().zip(split_rows(downs, &ns, d)) {
+        for (&(tt, wt), row) in routes[e].iter().zip(down.chunks_exact(d)) {
+            adds.push((tt, wt, row));
+        }
+    }
+    be.add_rows(y, d, &adds);
+    Ok(())
+}
+
+/// `v` cut into consecutive pieces of `n_i · width` values.
+fn split_rows<'a>(v: &'a [f32], ns: &[usize], width: usize) -> Vec<&'a [f32]> {
+    let mut out = Vec::with_capacity(ns.len());
+    let mut rest = v;
+    for &n in ns {
+        let (a, r) = rest.split_at(n * width);
+        out.push(a);
+        rest = r;
+    }
+    out
 }
