@@ -231,6 +231,23 @@ impl Model {
         Ok(model)
     }
 
+    /// Repack the Q4_K / Q5_K matrices into the lanes layout for the CPU's
+    /// one-token integer products (`redlite_quant::q16::lanes`): a copy of
+    /// each such tensor in memory, which every product then reads (the
+    /// batched tiles unpack it to the same integers; the file is not
+    /// changed). Streamed experts keep the file's layout. Does nothing
+    /// where this CPU has no lanes kernels (only AVX2 has them) and when a
+    /// device runs the pass. Returns the bytes repacked. Meant for the
+    /// default integer activations (the f32 path reads a repacked matrix
+    /// correctly, block by block put back, but slowly).
+    pub fn repack_for_decode(&mut self) -> u64 {
+        if self.device.is_some() {
+            return 0;
+        }
+        let experts = self.expert_cache.is_none();
+        self.weights.repack_lanes(&self.gguf, experts)
+    }
+
     /// The expert cache, when the routed experts are streamed.
     pub fn expert_cache(&self) -> Option<&ExpertCache> {
         self.expert_cache.as_deref()

@@ -182,20 +182,10 @@ pub unsafe fn dot_lanes<const FIVE: bool>(data: &[u8], x: Q16Ref<'_>) -> f32 {
     crate::util::hsum256(_mm256_sub_ps(r.acc, r.accm))
 }
 
-/// Unpack a lanes-layout block into the file layout's [`Unpacked`] (the
-/// same integers and scales as the type's unpacker): the eight quant
-/// registers are transposed as an 8×8 matrix of 32-bit words (register
-/// `r`'s word `s` holds values `4r..4r+4` of sub-block `s`), which gives
-/// each sub-block's 32 quants in order, then widened and multiplied by
-/// the sub-block's scale.
-///
-/// # Safety
-/// AVX2, FMA and F16C; `blk` holds a whole block of the type.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn unpack_lanes<const FIVE: bool>(blk: &[u8], u: &mut Unpacked) {
-    let p = blk.as_ptr();
-    let (sc, m) = scale_min_u64(p.add(4));
-    let q = lanes_q::<FIVE>(p);
+/// The 8×8 transpose of 32-bit words: word `r` of output `s` is word `s`
+/// of input `r` (the lanes layout's registers to sub-blocks and back).
+#[inline(always)]
+unsafe fn transpose8(q: &[__m256i; 8]) -> [__m256i; 8] {
     let t0 = _mm256_unpacklo_epi32(q[0], q[1]);
     let t1 = _mm256_unpackhi_epi32(q[0], q[1]);
     let t2 = _mm256_unpacklo_epi32(q[2], q[3]);
@@ -212,7 +202,7 @@ pub unsafe fn unpack_lanes<const FIVE: bool>(blk: &[u8], u: &mut Unpacked) {
     let u5 = _mm256_unpackhi_epi64(t4, t6);
     let u6 = _mm256_unpacklo_epi64(t5, t7);
     let u7 = _mm256_unpackhi_epi64(t5, t7);
-    let cols = [
+    [
         _mm256_permute2x128_si256::<0x20>(u0, u4),
         _mm256_permute2x128_si256::<0x20>(u1, u5),
         _mm256_permute2x128_si256::<0x20>(u2, u6),
@@ -221,7 +211,67 @@ pub unsafe fn unpack_lanes<const FIVE: bool>(blk: &[u8], u: &mut Unpacked) {
         _mm256_permute2x128_si256::<0x31>(u1, u5),
         _mm256_permute2x128_si256::<0x31>(u2, u6),
         _mm256_permute2x128_si256::<0x31>(u3, u7),
-    ];
+    ]
+}
+
+/// [`super::lanes::repack_block`] with AVX2 (the same bytes): the file
+/// layout's eight sub-block registers (the same loads as the lanes
+/// registers: both layouts keep chunk `j`'s nibbles as registers `2j`,
+/// `2j + 1` and the fifth bits at bit `k` of `qh`) transposed, then
+/// packed back into nibbles and bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `src` and `dst` hold a whole block of the type.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn repack_block<const FIVE: bool>(src: &[u8], dst: &mut [u8]) {
+    let bytes = if FIVE { 176 } else { 144 };
+    assert!(src.len() >= bytes && dst.len() >= bytes);
+    let (p, o) = (src.as_ptr(), dst.as_mut_ptr());
+    std::ptr::copy_nonoverlapping(p, o, 16);
+    let r = transpose8(&lanes_q::<FIVE>(p));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let qs = o.add(if FIVE { 48 } else { 16 });
+    for j in 0..4 {
+        let lo = _mm256_and_si256(r[2 * j], m4);
+        let hi = _mm256_slli_epi16::<4>(_mm256_and_si256(r[2 * j + 1], m4));
+        _mm256_storeu_si256(qs.add(32 * j) as *mut __m256i, _mm256_or_si256(lo, hi));
+    }
+    if FIVE {
+        // Bit 4 of register k's byte i to bit k of qh byte i (masked
+        // first, so a 16-bit shift keeps it inside its byte).
+        let b4 = _mm256_set1_epi8(0x10);
+        let f = |k: usize| _mm256_and_si256(r[k], b4);
+        let qh = [
+            _mm256_srli_epi16::<4>(f(0)),
+            _mm256_srli_epi16::<3>(f(1)),
+            _mm256_srli_epi16::<2>(f(2)),
+            _mm256_srli_epi16::<1>(f(3)),
+            f(4),
+            _mm256_slli_epi16::<1>(f(5)),
+            _mm256_slli_epi16::<2>(f(6)),
+            _mm256_slli_epi16::<3>(f(7)),
+        ]
+        .iter()
+        .fold(_mm256_setzero_si256(), |a, v| _mm256_or_si256(a, *v));
+        _mm256_storeu_si256(o.add(16) as *mut __m256i, qh);
+    }
+}
+
+/// Unpack a lanes-layout block into the file layout's [`Unpacked`] (the
+/// same integers and scales as the type's unpacker): the eight quant
+/// registers are transposed as an 8×8 matrix of 32-bit words (register
+/// `r`'s word `s` holds values `4r..4r+4` of sub-block `s`), which gives
+/// each sub-block's 32 quants in order, then widened and multiplied by
+/// the sub-block's scale.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `blk` holds a whole block of the type.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn unpack_lanes<const FIVE: bool>(blk: &[u8], u: &mut Unpacked) {
+    let p = blk.as_ptr();
+    let (sc, m) = scale_min_u64(p.add(4));
+    let q = lanes_q::<FIVE>(p);
+    let cols = transpose8(&q);
     let w = u.w.as_mut_ptr();
     for (s, &c) in cols.iter().enumerate() {
         let sv = _mm256_set1_epi16(((sc >> (8 * s)) & 0xFF) as i16);
@@ -242,6 +292,33 @@ pub unsafe fn unpack_lanes<const FIVE: bool>(blk: &[u8], u: &mut Unpacked) {
 
 #[cfg(test)]
 mod tests {
+
+    /// The AVX2 repacking writes the scalar one's bytes.
+    #[test]
+    fn repack_block_matches_scalar() {
+        if super::super::level() < super::super::Q16Level::Avx2 {
+            return;
+        }
+        for (ty, five, bytes) in [
+            (crate::GgmlType::Q4_K, false, 144),
+            (crate::GgmlType::Q5_K, true, 176),
+        ] {
+            let data = super::super::tests::random_blocks(ty, 64, 77);
+            let (mut a, mut b) = (vec![0u8; bytes], vec![0u8; bytes]);
+            for blk in data.chunks_exact(bytes) {
+                super::super::lanes::repack_block(five, blk, &mut a);
+                // SAFETY: AVX2 checked above; whole blocks.
+                unsafe {
+                    if five {
+                        super::repack_block::<true>(blk, &mut b);
+                    } else {
+                        super::repack_block::<false>(blk, &mut b);
+                    }
+                }
+                assert_eq!(a, b, "{ty}");
+            }
+        }
+    }
 
     #[test]
     fn scale_min_u64_matches_scale_min_k4() {

@@ -115,14 +115,29 @@ pub fn unrepack_block(five: bool, src: &[u8], dst: &mut [u8]) {
 }
 
 /// Repack whole blocks of `ty` (`src.len() == dst.len()`, a multiple of
-/// the block size). Returns `false`, writing nothing, for another type or
-/// a size that is not whole blocks.
+/// the block size), with AVX2 where the CPU has it (the same bytes).
+/// Returns `false`, writing nothing, for another type or a size that is
+/// not whole blocks.
 pub fn repack(ty: GgmlType, src: &[u8], dst: &mut [u8]) -> bool {
     let Some((bytes, five)) = layout(ty) else {
         return false;
     };
     if src.len() != dst.len() || !src.len().is_multiple_of(bytes) {
         return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::level() >= Q16Level::Avx2 {
+        for (s, d) in src.chunks_exact(bytes).zip(dst.chunks_exact_mut(bytes)) {
+            // SAFETY: the level says AVX2, FMA and F16C; whole blocks.
+            unsafe {
+                if five {
+                    super::dec_avx2::repack_block::<true>(s, d)
+                } else {
+                    super::dec_avx2::repack_block::<false>(s, d)
+                }
+            }
+        }
+        return true;
     }
     for (s, d) in src.chunks_exact(bytes).zip(dst.chunks_exact_mut(bytes)) {
         repack_block(five, s, d);
