@@ -620,8 +620,19 @@ pub fn expert<'a>(f: &'a GgufFile, x: &'a Experts, e: usize) -> Result<QMat<'a>,
 
 /// An expert's matrix of a stack from its bytes held elsewhere (the expert
 /// cache): the same bytes the mapping holds, so the same products.
-pub(crate) fn expert_from<'a>(x: &Experts, bytes: &'a [u8]) -> Result<QMat<'a>, ModelError> {
-    QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+/// `lanes`: the cache repacked the bytes into the lanes layout (where it
+/// has kernels for the type).
+pub(crate) fn expert_from<'a>(
+    x: &Experts,
+    bytes: &'a [u8],
+    lanes: bool,
+) -> Result<QMat<'a>, ModelError> {
+    if lanes && redlite_quant::q16::lanes::kernels(x.ty).is_some() {
+        QMat::new_lanes(x.ty, x.n_in, x.n_out, bytes)
+    } else {
+        QMat::new(x.ty, x.n_in, x.n_out, bytes)
+    }
+    .map_err(|e| ModelError::Backend(e.to_string()))
 }
 
 #[cfg(test)]
