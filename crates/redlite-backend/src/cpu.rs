@@ -1525,6 +1525,75 @@ mod tests {
         }
     }
 
+    /// A matrix repacked into the lanes layout (where this CPU has its
+    /// kernels): one-token, exact-row and multi-product results agree with
+    /// each other bit for bit and with the file layout's within rounding;
+    /// the batched tiles (the same integers) and the f32 path give the file
+    /// layout's results.
+    #[test]
+    fn lanes_matrices_match_the_file_layout() {
+        let be = backend().with_activations(Activations::Int16);
+        let be32 = backend().with_activations(Activations::F32);
+        let n_in = 1024;
+        let mut r = Rng(23);
+        for (ty, n_out) in [(GgmlType::Q4_K, 67usize), (GgmlType::Q5_K, 130)] {
+            let data = random_quant(&mut r, ty, n_in * n_out, &[0, 2]);
+            let mut lanes = vec![0u8; data.len()];
+            assert!(redlite_quant::q16::lanes::repack(ty, &data, &mut lanes));
+            let plain = QMat::new(ty, n_in, n_out, &data).expect("plain");
+            let Ok(lq) = QMat::new_lanes(ty, n_in, n_out, &lanes) else {
+                // No lanes kernels at this CPU's level: nothing is repacked.
+                assert!(redlite_quant::q16::lanes::kernels(ty).is_none());
+                continue;
+            };
+            for t in [1usize, 3, 8] {
+                let x = r.vec(t * n_in);
+                let (mut a, mut b) = (vec![0f32; t * n_out], vec![0f32; t * n_out]);
+                be.matmul(&lq, &x, t, &mut a);
+                be.matmul(&plain, &x, t, &mut b);
+                let mut rows = vec![0f32; t * n_out];
+                be.matmul_rows(&lq, &x, t, &mut rows);
+                for tt in 0..t {
+                    let xt = &x[tt * n_in..(tt + 1) * n_in];
+                    let mut one = vec![0f32; n_out];
+                    be.matmul(&lq, xt, 1, &mut one);
+                    let mut multi = vec![0f32; n_out];
+                    be.matmul_multi(&mut [MatJob {
+                        w: lq,
+                        x: xt,
+                        n_tok: 1,
+                        y: &mut multi,
+                    }]);
+                    let mut plain1 = vec![0f32; n_out];
+                    be.matmul(&plain, xt, 1, &mut plain1);
+                    let mut f32p = vec![0f32; n_out];
+                    let mut f32l = vec![0f32; n_out];
+                    be32.matmul(&plain, xt, 1, &mut f32p);
+                    be32.matmul(&lq, xt, 1, &mut f32l);
+                    let mut wrow = vec![0f32; n_in];
+                    for o in 0..n_out {
+                        let i = tt * n_out + o;
+                        assert_eq!(rows[i].to_bits(), one[o].to_bits(), "{ty} rows T={t}");
+                        assert_eq!(multi[o].to_bits(), one[o].to_bits(), "{ty} multi");
+                        // Σ |w·x|: the scale of the sum's rounding.
+                        plain.dequant_row(o, &mut wrow);
+                        let mag: f32 = wrow.iter().zip(xt).map(|(w, x)| (w * x).abs()).sum();
+                        let (g, w) = (one[o], plain1[o]);
+                        assert!((g - w).abs() <= 1e-5 * mag, "{ty} row {o}: {g} vs {w}");
+                        let (g, w) = (f32l[o], f32p[o]);
+                        assert!((g - w).abs() <= 1e-5 * mag, "{ty} f32 row {o}: {g} vs {w}");
+                    }
+                }
+                if t >= SMALL_BATCH {
+                    // The tiles unpack the same integers: the same bits.
+                    for (g, w) in a.iter().zip(&b) {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{ty} batch of {t}");
+                    }
+                }
+            }
+        }
+    }
+
     /// The parallel weighted row sums give the trait's serial loop bit for
     /// bit (rows with several adds, in their order; rows with none).
     #[test]

@@ -102,6 +102,38 @@ impl<'a> QMat<'a> {
         })
     }
 
+    /// A Q4_K or Q5_K matrix whose blocks were repacked into the lanes
+    /// layout ([`redlite_quant::q16::lanes`], made for the one-token
+    /// integer dot on this CPU): the same products through that layout's
+    /// kernels (the batched tiles unpack it to the same integers; the f32
+    /// path puts each block back first). Fails where this CPU has no lanes
+    /// kernels for `ty`.
+    pub fn new_lanes(
+        ty: GgmlType,
+        n_in: usize,
+        n_out: usize,
+        data: &'a [u8],
+    ) -> Result<QMat<'a>, BackendError> {
+        use redlite_quant::q16::lanes;
+        let k = lanes::kernels(ty).ok_or(BackendError::Unsupported(ty))?;
+        let plain = QMat::new(ty, n_in, n_out, data)?;
+        let five = ty == GgmlType::Q5_K;
+        Ok(QMat {
+            dot: if five {
+                lanes::dot_f32::<true>
+            } else {
+                lanes::dot_f32::<false>
+            },
+            dequant: if five {
+                lanes::dequant::<true>
+            } else {
+                lanes::dequant::<false>
+            },
+            q16: Some(k),
+            ..plain
+        })
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.row_bytes

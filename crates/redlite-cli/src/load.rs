@@ -54,6 +54,13 @@ pub struct LoadArgs {
         value_parser = BoolishValueParser::new()
     )]
     pub f32_activations: bool,
+    /// Keep the Q4_K / Q5_K matrices in the file's layout on the CPU. By default, where the
+    /// CPU's best integer kernels are AVX2 (no AVX-512), they are repacked at load into a
+    /// layout made for the one-token products (the file is not changed; a copy of those
+    /// tensors is kept in memory, so the resident weights grow by their size; streamed
+    /// experts keep the file's layout). Not with --f32-activations or on a GPU.
+    #[arg(long, help_heading = "Kernels")]
+    pub no_repack: bool,
     /// The highest SIMD level the CPU kernels use: `scalar`, `avx2` or `avx512` (default:
     /// the best this CPU has; a level above it is lowered to it). For comparisons: the
     /// levels' kernels agree to f32 rounding.
@@ -472,6 +479,17 @@ pub fn load_model_observed(
                     path.display()
                 )))
             }
+        }
+    }
+    if !args.no_repack && !args.f32_activations && model.device().is_none() {
+        let t_r = Instant::now();
+        let bytes = model.repack_for_decode();
+        if bytes > 0 {
+            eprintln!(
+                "repacked {} of Q4_K/Q5_K weights for the one-token products in {:.1}s (--no-repack: keep the file's layout)",
+                human_bytes(bytes),
+                t_r.elapsed().as_secs_f64()
+            );
         }
     }
     let kv = redlite_model::KvTypes {

@@ -223,6 +223,9 @@ impl ExpertCacheStats {
 #[derive(Clone, Debug)]
 struct Slice {
     tensor: String,
+    /// The matrix's type (a slice of Q4_K / Q5_K is repacked after its
+    /// read when the cache holds the lanes layout).
+    ty: redlite_gguf::GgmlType,
     shard: usize,
     /// Absolute file offset of expert 0's bytes.
     first: u64,
@@ -336,6 +339,9 @@ pub struct ExpertCache {
     /// and a smaller one for prefetch.
     demand_io: Readers,
     prefetch_io: Readers,
+    /// Q4_K / Q5_K slices are repacked into the lanes layout after their
+    /// read ([`ExpertCache::set_lanes`]), as the resident experts are.
+    lanes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A page-aligned buffer of anonymous memory, from the pool or mapped by a
@@ -552,6 +558,20 @@ fn tensor_err(path: &Path, tensor: &str, msg: String) -> ModelError {
     }
 }
 
+/// Repack whole blocks of `ty` in place into the lanes layout (a block at
+/// a time through a copy); other types are left as they are.
+fn repack_in_place(ty: redlite_gguf::GgmlType, data: &mut [u8]) {
+    use redlite_quant::q16::lanes;
+    let Some((bytes, _)) = lanes::layout(ty) else {
+        return;
+    };
+    let mut tmp = [0u8; 256];
+    for blk in data.chunks_exact_mut(bytes) {
+        tmp[..bytes].copy_from_slice(blk);
+        lanes::repack(ty, &tmp[..bytes], blk);
+    }
+}
+
 impl ExpertCache {
     /// A cache over the routed experts of `weights` in `f`. Errors if the
     /// budget is below one expert's entry (the message gives the minimum) or a
@@ -579,6 +599,7 @@ impl ExpertCache {
             }
             Ok(Slice {
                 tensor: t.name.clone(),
+                ty: x.ty,
                 shard: t.shard,
                 first: t.abs_offset + x.offset as u64,
                 stride: x.stride as u64,
@@ -663,7 +684,21 @@ impl ExpertCache {
             prefetch_top: opts.prefetch_top,
             demand_io: Readers::new(opts.readers.demand, "expert-read")?,
             prefetch_io: Readers::new(opts.readers.prefetch, "expert-prefetch")?,
+            lanes: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
+    }
+
+    /// Repack every Q4_K / Q5_K slice read from now on into the lanes
+    /// layout (`redlite_quant::q16::lanes`), where this CPU has its kernels,
+    /// so streamed experts compute exactly as repacked resident ones do.
+    /// Called before the first read (entries already held keep their layout).
+    pub(crate) fn set_lanes(&self, on: bool) {
+        self.lanes.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether slices are repacked into the lanes layout.
+    pub fn lanes(&self) -> bool {
+        self.lanes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Bytes of entry buffers faulted in when the cache was made (the
@@ -893,6 +928,7 @@ impl ExpertCache {
         let off = p.first + e as u64 * p.stride;
         let (len, section) = (p.len, p.section());
         let pooled = self.pool.take(section);
+        let lanes = self.lanes().then_some(p.ty);
         Box::new(move || {
             let mut buf = match pooled {
                 Some(b) => b,
@@ -901,8 +937,12 @@ impl ExpertCache {
                     Err(e) => return done(Err(e)),
                 },
             };
-            let r = read_slice(&shard, off, len, &mut buf[..section])
-                .map(|start| SliceRead { buf, start });
+            let r = read_slice(&shard, off, len, &mut buf[..section]).map(|start| {
+                if let Some(ty) = lanes {
+                    repack_in_place(ty, &mut buf[start..start + len]);
+                }
+                SliceRead { buf, start }
+            });
             done(r)
         })
     }

@@ -231,6 +231,30 @@ impl Model {
         Ok(model)
     }
 
+    /// Repack the Q4_K / Q5_K matrices into the lanes layout for the CPU's
+    /// one-token integer products (`redlite_quant::q16::lanes`): a copy of
+    /// each such tensor in memory, which every product then reads (the
+    /// batched tiles unpack it to the same integers; the file is not
+    /// changed). Does nothing
+    /// where this CPU has no lanes kernels (only AVX2 has them) and when a
+    /// device runs the pass; streamed experts are repacked as the expert
+    /// cache reads them. Returns the bytes repacked. Meant for the
+    /// default integer activations (the f32 path reads a repacked matrix
+    /// correctly, block by block put back, but slowly).
+    pub fn repack_for_decode(&mut self) -> u64 {
+        if self.device.is_some() {
+            return 0;
+        }
+        let experts = self.expert_cache.is_none();
+        let bytes = self.weights.repack_lanes(&self.gguf, experts);
+        if let Some(c) = &self.expert_cache {
+            // Streamed experts are repacked as they are read, so they
+            // compute as resident repacked ones do.
+            c.set_lanes(redlite_quant::q16::lanes::kernels(redlite_gguf::GgmlType::Q4_K).is_some());
+        }
+        bytes
+    }
+
     /// The expert cache, when the routed experts are streamed.
     pub fn expert_cache(&self) -> Option<&ExpertCache> {
         self.expert_cache.as_deref()

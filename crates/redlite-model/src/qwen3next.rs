@@ -863,7 +863,8 @@ fn routed_small(
 /// without freeing them).
 enum Held {
     Mapped,
-    Cached(Vec<std::sync::Arc<crate::ExpertEntry>>),
+    /// The entries, and whether the cache repacked them (lanes layout).
+    Cached(Vec<std::sync::Arc<crate::ExpertEntry>>, bool),
 }
 
 /// Hold experts `ids` (distinct) of layer `il`: read through the cache when
@@ -871,7 +872,7 @@ enum Held {
 fn hold(model: &Model, il: usize, ids: &[usize]) -> Result<Held, ModelError> {
     match &model.expert_cache {
         None => Ok(Held::Mapped),
-        Some(c) => Ok(Held::Cached(c.get(il, ids)?)),
+        Some(c) => Ok(Held::Cached(c.get(il, ids)?, c.lanes())),
     }
 }
 
@@ -896,14 +897,14 @@ impl Held {
                 expert(f, &w.up, e)?,
                 expert(f, &w.down, e)?,
             )),
-            Held::Cached(v) => {
+            Held::Cached(v, lanes) => {
                 let en = v
                     .get(i)
                     .ok_or_else(|| ModelError::Backend(format!("expert {e} not held")))?;
                 Ok((
-                    expert_from(&w.gate, en.gate())?,
-                    expert_from(&w.up, en.up())?,
-                    expert_from(&w.down, en.down())?,
+                    expert_from(&w.gate, en.gate(), *lanes)?,
+                    expert_from(&w.up, en.up(), *lanes)?,
+                    expert_from(&w.down, en.down(), *lanes)?,
                 ))
             }
         }

@@ -3,6 +3,7 @@
 //! the legacy fused `ssm_in` is read in place as runs of rows.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use redlite_backend::QMat;
 use redlite_gguf::{GgmlType, GgufFile};
@@ -32,6 +33,10 @@ pub struct Mat {
     pub n_in: usize,
     pub n_out: usize,
     pub bytes: Bytes,
+    /// The whole tensor repacked into the lanes layout
+    /// ([`redlite_quant::q16::lanes`]), when [`Weights::repack_lanes`] made
+    /// it; the products then read it instead of the mapping.
+    pub lanes: Option<Arc<memmap2::Mmap>>,
 }
 
 /// A stack of per-expert matrices (`{n_in, n_out, n_exp}`), possibly a part of
@@ -46,6 +51,8 @@ pub struct Experts {
     pub stride: usize,
     /// Byte offset of this matrix inside an expert's slice.
     pub offset: usize,
+    /// The whole tensor in the lanes layout, as [`Mat::lanes`].
+    pub lanes: Option<Arc<memmap2::Mmap>>,
 }
 
 pub struct DeltaNetW {
@@ -96,6 +103,80 @@ pub struct Weights {
     pub output_norm: Vec<f32>,
     pub output: Mat,
     pub layers: Vec<Layer>,
+}
+
+impl Weights {
+    /// Repack every Q4_K / Q5_K matrix read in place into the lanes layout
+    /// ([`redlite_quant::q16::lanes`]), a copy in memory per tensor that the
+    /// products then read (the file is not changed); the routed experts
+    /// too when `experts`. Nothing is done where this CPU has no lanes
+    /// kernels. Returns the bytes repacked.
+    pub fn repack_lanes(&mut self, f: &GgufFile, experts: bool) -> u64 {
+        use redlite_quant::q16::lanes;
+        let mut done: std::collections::HashMap<usize, Arc<memmap2::Mmap>> = Default::default();
+        let mut bytes = 0u64;
+        let mut repacked = |ty: GgmlType, tensor: usize| -> Option<Arc<memmap2::Mmap>> {
+            lanes::kernels(ty)?;
+            if let Some(a) = done.get(&tensor) {
+                return Some(a.clone());
+            }
+            let src = f.tensor_data(&f.tensors[tensor]);
+            // Anonymous memory on 2 MiB pages where the kernel allows them
+            // (fewer faults now, fewer page walks while decode streams it).
+            let mut dst = memmap2::MmapMut::map_anon(src.len().max(1)).ok()?;
+            #[cfg(target_os = "linux")]
+            let _ = dst.advise(memmap2::Advice::HugePage);
+            let (block, _) = lanes::layout(ty)?;
+            // Whole blocks per thread.
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let per = src.len().div_ceil(block).div_ceil(threads).max(1) * block;
+            let ok = std::thread::scope(|sc| {
+                let hs: Vec<_> = src
+                    .chunks(per)
+                    .zip(dst[..src.len()].chunks_mut(per))
+                    .map(|(s, d)| sc.spawn(move || lanes::repack(ty, s, d)))
+                    .collect();
+                hs.into_iter().all(|h| h.join().unwrap_or(false))
+            });
+            if !ok {
+                return None;
+            }
+            bytes += src.len() as u64;
+            let a = Arc::new(dst.make_read_only().ok()?);
+            done.insert(tensor, a.clone());
+            Some(a)
+        };
+        let mut mat = |m: &mut Mat| {
+            if let Bytes::Mapped { tensor, .. } = m.bytes {
+                m.lanes = repacked(m.ty, tensor);
+            }
+        };
+        for l in &mut self.layers {
+            match &mut l.mixer {
+                Mixer::DeltaNet(w) => {
+                    for m in [&mut w.qkv, &mut w.gate, &mut w.ba, &mut w.out] {
+                        mat(m);
+                    }
+                }
+                Mixer::Attention(w) => {
+                    for m in [&mut w.q, &mut w.k, &mut w.v, &mut w.out] {
+                        mat(m);
+                    }
+                }
+            }
+            for m in [&mut l.moe.sh_gate, &mut l.moe.sh_up, &mut l.moe.sh_down] {
+                mat(m);
+            }
+        }
+        if experts {
+            for l in &mut self.layers {
+                for x in [&mut l.moe.gate, &mut l.moe.up, &mut l.moe.down] {
+                    x.lanes = repacked(x.ty, x.tensor);
+                }
+            }
+        }
+        bytes
+    }
 }
 
 struct Loader<'a> {
@@ -181,6 +262,7 @@ impl<'a> Loader<'a> {
                 start: 0,
                 len: t.n_bytes as usize,
             },
+            lanes: None,
         })
     }
 
@@ -209,6 +291,7 @@ impl<'a> Loader<'a> {
             tensor: idx,
             stride,
             offset: 0,
+            lanes: None,
         })
     }
 }
@@ -352,6 +435,7 @@ fn split_rows(m: &Mat, parts: &[usize]) -> (Mat, Mat, Mat) {
                 start: start + r0 * row,
                 len: n * row,
             },
+            lanes: m.lanes.clone(),
         };
         r0 += n;
         part
@@ -400,6 +484,7 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
                     tensor,
                     runs: qkv_runs,
                 },
+                lanes: None,
             },
             Mat {
                 ty: fused.ty,
@@ -409,6 +494,7 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
                     tensor,
                     runs: z_runs,
                 },
+                lanes: None,
             },
         )
     } else {
@@ -440,11 +526,18 @@ fn load_deltanet(l: &Loader<'_>, c: &Config, il: usize) -> Result<DeltaNetW, Mod
 pub fn qmat<'a>(f: &'a GgufFile, m: &'a Mat) -> Result<QMat<'a>, ModelError> {
     match &m.bytes {
         Bytes::Mapped { tensor, start, len } => {
-            let bytes = f
-                .tensor_data(&f.tensors[*tensor])
+            let whole: &[u8] = match &m.lanes {
+                Some(l) => l,
+                None => f.tensor_data(&f.tensors[*tensor]),
+            };
+            let bytes = whole
                 .get(*start..*start + *len)
                 .ok_or_else(|| ModelError::Backend("matrix byte range out of range".into()))?;
-            QMat::new(m.ty, m.n_in, m.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+            match m.lanes {
+                Some(_) => QMat::new_lanes(m.ty, m.n_in, m.n_out, bytes),
+                None => QMat::new(m.ty, m.n_in, m.n_out, bytes),
+            }
+            .map_err(|e| ModelError::Backend(e.to_string()))
         }
         Bytes::Rows { .. } => Err(ModelError::Backend(
             "a matrix stored as runs of rows has no single byte range".into(),
@@ -508,20 +601,38 @@ pub fn mtp_only_blocks(f: &GgufFile) -> Option<Vec<usize>> {
 }
 
 /// Expert `e`'s matrix of a stack.
-pub fn expert<'a>(f: &'a GgufFile, x: &Experts, e: usize) -> Result<QMat<'a>, ModelError> {
-    let data = f.tensor_data(&f.tensors[x.tensor]);
+pub fn expert<'a>(f: &'a GgufFile, x: &'a Experts, e: usize) -> Result<QMat<'a>, ModelError> {
+    let data: &[u8] = match &x.lanes {
+        Some(l) => l,
+        None => f.tensor_data(&f.tensors[x.tensor]),
+    };
     let row = x.ty.row_bytes(x.n_in as u64).unwrap_or(0) as usize;
     let s = e * x.stride + x.offset;
     let bytes = data
         .get(s..s + x.n_out * row)
         .ok_or_else(|| ModelError::Backend(format!("expert {e} slice out of range")))?;
-    QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+    match x.lanes {
+        Some(_) => QMat::new_lanes(x.ty, x.n_in, x.n_out, bytes),
+        None => QMat::new(x.ty, x.n_in, x.n_out, bytes),
+    }
+    .map_err(|e| ModelError::Backend(e.to_string()))
 }
 
 /// An expert's matrix of a stack from its bytes held elsewhere (the expert
 /// cache): the same bytes the mapping holds, so the same products.
-pub(crate) fn expert_from<'a>(x: &Experts, bytes: &'a [u8]) -> Result<QMat<'a>, ModelError> {
-    QMat::new(x.ty, x.n_in, x.n_out, bytes).map_err(|e| ModelError::Backend(e.to_string()))
+/// `lanes`: the cache repacked the bytes into the lanes layout (where it
+/// has kernels for the type).
+pub(crate) fn expert_from<'a>(
+    x: &Experts,
+    bytes: &'a [u8],
+    lanes: bool,
+) -> Result<QMat<'a>, ModelError> {
+    if lanes && redlite_quant::q16::lanes::kernels(x.ty).is_some() {
+        QMat::new_lanes(x.ty, x.n_in, x.n_out, bytes)
+    } else {
+        QMat::new(x.ty, x.n_in, x.n_out, bytes)
+    }
+    .map_err(|e| ModelError::Backend(e.to_string()))
 }
 
 #[cfg(test)]

@@ -428,3 +428,28 @@ fn prefetch_in_flight_is_not_read_twice() {
     let l = plain.expert_cache_stats().expect("stats").layers[2];
     assert_eq!((l.prefetches, l.predictions), (0, 0));
 }
+
+/// With the Q4_K / Q5_K matrices repacked into the lanes layout
+/// (`Model::repack_for_decode`), streamed experts (repacked as the cache
+/// reads them) compute exactly as resident repacked ones, prefetch on.
+#[test]
+fn repacked_expert_cache_is_bit_identical_to_resident_repacked() {
+    let p = prompts();
+    let prompt = prompt_ids(&p, "prose");
+    for name in ["tiny-s-Q4_K_M.gguf", "tiny-s-CF2mix.gguf"] {
+        let mut resident = load(name);
+        if resident.repack_for_decode() == 0 {
+            return; // no lanes kernels on this CPU
+        }
+        let min = min_budget(name);
+        let mut m = streamed_with(name, 2 * min, false, true).unwrap_or_else(|e| panic!("{e}"));
+        m.repack_for_decode();
+        assert!(m.expert_cache().expect("cache").lanes(), "{name}");
+        let want = outputs(&resident, &prompt);
+        let got = outputs(&m, &prompt);
+        assert!(want.0 == got.0, "{name}: prefill logits differ");
+        assert!(want.1 == got.1, "{name}: token-by-token logits differ");
+        assert_eq!(want.2, got.2, "{name}: greedy tokens differ");
+        assert!(want.3 == got.3, "{name}: greedy logits differ");
+    }
+}

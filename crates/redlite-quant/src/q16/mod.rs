@@ -80,6 +80,11 @@ pub struct Q16Act {
     /// AVX-512 byte-plane Q4_K / Q5_K kernel does (for the multi-token
     /// kernel, which then gives the same bits).
     pub p: Vec<i16>,
+    /// `h` and `l` in the order of the lanes layout of Q4_K / Q5_K
+    /// ([`lanes`]): per 256 values, byte `32r + i` holds value
+    /// [`lanes::lane_src`]`(r, i)`.
+    pub ht: Vec<i8>,
+    pub lt: Vec<i8>,
 }
 
 /// The order of the sub-blocks of 32 in the `hb` / `lb` planes: the
@@ -112,6 +117,8 @@ pub struct Q16Ref<'a> {
     pub hb: &'a [i8],
     pub lb: &'a [u8],
     pub p: &'a [i16],
+    pub ht: &'a [i8],
+    pub lt: &'a [i8],
 }
 
 impl Q16Act {
@@ -142,6 +149,8 @@ impl Q16Act {
             self.hb.clear();
             self.lb.clear();
             self.p.clear();
+            self.ht.clear();
+            self.lt.clear();
         }
         finite
     }
@@ -206,6 +215,16 @@ impl Q16Act {
             *h = hh as i8;
             *l = (*q as i32 - 255 * hh) as i8;
         }
+        let ls = lanes::src_table();
+        self.ht.resize(n, 0);
+        self.lt.resize(n, 0);
+        for b in 0..n / QK {
+            let o = b * QK;
+            for (i, &src) in ls.iter().enumerate() {
+                self.ht[o + i] = self.h[o + src as usize];
+                self.lt[o + i] = self.l[o + src as usize];
+            }
+        }
     }
 
     /// The scalar twin of [`Q16Act::quantize`] (same results bit for bit).
@@ -253,6 +272,8 @@ impl Q16Act {
             hb: &self.hb,
             lb: &self.lb,
             p: &self.p,
+            ht: &self.ht,
+            lt: &self.lt,
         }
     }
 
@@ -268,6 +289,8 @@ impl Q16Act {
             hb: &self.hb[t * n..(t + 1) * n],
             lb: &self.lb[t * n..(t + 1) * n],
             p: &self.p[t * n..(t + 1) * n],
+            ht: &self.ht[t * n..(t + 1) * n],
+            lt: &self.lt[t * n..(t + 1) * n],
         }
     }
 }
@@ -939,7 +962,10 @@ pub(crate) mod simd {
     pub use super::simd_iq::{unpack_iq1_m, unpack_iq2_xs};
     pub use super::simd_k::{unpack_q4_k, unpack_q5_k, unpack_q6_k, unpack_q8_0};
 }
+#[cfg(target_arch = "x86_64")]
+mod dec_avx2;
 pub mod gemm;
+pub mod lanes;
 mod simd_iq;
 mod simd_k;
 
