@@ -8,6 +8,7 @@
 //! few that also read an environment variable say so in `--help` (clap's
 //! `env`), and README.md lists every variable the command line reads.
 
+use redlite_gguf::GgmlType;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -481,7 +482,26 @@ pub fn load_model_observed(
             }
         }
     }
-    if !args.no_repack && !args.f32_activations && model.device().is_none() {
+    // The repacked copies need memory of their own: where what is free
+    // cannot hold them with 1 GiB to spare, keep the file's layout.
+    let repack_bytes: u64 = model
+        .gguf()
+        .tensors
+        .iter()
+        .filter(|t| {
+            matches!(t.ggml_type, GgmlType::Q4_K | GgmlType::Q5_K)
+                && !(model.expert_cache().is_some() && t.name.contains("_exps."))
+        })
+        .map(|t| t.n_bytes)
+        .sum();
+    let room = mem_available().is_none_or(|m| repack_bytes + (1 << 30) <= m);
+    if !args.no_repack && !room && redlite_quant::q16::lanes::kernels(GgmlType::Q4_K).is_some() {
+        eprintln!(
+            "warning: not repacking {} of Q4_K/Q5_K weights for the one-token products: too little memory available",
+            human_bytes(repack_bytes)
+        );
+    }
+    if !args.no_repack && room && !args.f32_activations && model.device().is_none() {
         let t_r = Instant::now();
         let bytes = model.repack_for_decode();
         if bytes > 0 {
