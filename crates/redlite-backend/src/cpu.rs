@@ -11,7 +11,7 @@ use rayon::ThreadPool;
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
 use crate::kvtype::decode;
-use crate::simd::{axpy, axpy_rows, dot, dot4, exp_sub_sum, scores_t};
+use crate::simd::{axpy, axpy_rows, dot, dot4, scores_t, softmax_step};
 use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, KvRows, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
@@ -905,16 +905,8 @@ fn attn_block(
                     .for_each(|(a, b)| *a = b * s.scale);
                 scores_t(&qs, &kt[..hd * nk], nk, &mut scores);
                 let sc = &mut scores[..valid];
-                let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
                 let o = &mut out[i * hd..(i + 1) * hd];
-                let m_new = mx[i].max(bmax);
-                if m_new > mx[i] && mx[i] != f32::NEG_INFINITY {
-                    let corr = ((mx[i] - m_new) as f64).exp();
-                    o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
-                    sum[i] *= corr;
-                }
-                mx[i] = m_new;
-                sum[i] += exp_sub_sum(sc, m_new);
+                softmax_step(sc, &mut mx[i], &mut sum[i], o);
                 axpy_rows(o, sc, vr, vs);
             }
         }

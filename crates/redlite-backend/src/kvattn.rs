@@ -24,7 +24,7 @@
 use rayon::prelude::*;
 
 use crate::kvtype::{decode, decode_scalar, KvRows};
-use crate::simd::{axpy_rows, dot_scalar, exp_sub_sum, scores_group};
+use crate::simd::{axpy_rows, dot_scalar, scores_group, softmax_step};
 use crate::{AttnShape, KvBlocks};
 
 /// Positions of one decode task (a multiple of [`KB`]).
@@ -136,16 +136,7 @@ fn decode_range(
         );
         for h in 0..g {
             let sc = &mut scores[h * KB..h * KB + nk];
-            let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let oh = &mut o[h * hd..(h + 1) * hd];
-            let m_new = mx[h].max(bmax);
-            if m_new > mx[h] && mx[h] != f32::NEG_INFINITY {
-                let corr = ((mx[h] - m_new) as f64).exp();
-                oh.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
-                sum[h] *= corr;
-            }
-            mx[h] = m_new;
-            sum[h] += exp_sub_sum(sc, m_new);
+            softmax_step(sc, &mut mx[h], &mut sum[h], &mut o[h * hd..(h + 1) * hd]);
         }
         pv_kv(&mut o, hd, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
         k0 = k1;

@@ -250,6 +250,24 @@ pub fn exp_sub_sum_scalar(x: &mut [f32], m: f32) -> f64 {
     s
 }
 
+/// One step of an online softmax over a run of scores `sc`: the running
+/// maximum `mx` rises to the run's if it is higher (rescaling the
+/// unnormalised output `o` and the sum by `exp(old − new)`), then `sc`
+/// becomes `exp(sc − mx)` and its sum is added to `sum`. The caller adds
+/// the run's weighted values to `o` afterwards.
+#[inline]
+pub fn softmax_step(sc: &mut [f32], mx: &mut f32, sum: &mut f64, o: &mut [f32]) {
+    let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let m_new = mx.max(bmax);
+    if m_new > *mx && *mx != f32::NEG_INFINITY {
+        let corr = ((*mx - m_new) as f64).exp();
+        o.iter_mut().for_each(|x| *x = (*x as f64 * corr) as f32);
+        *sum *= corr;
+    }
+    *mx = m_new;
+    *sum += exp_sub_sum(sc, m_new);
+}
+
 /// `x[i] = exp(x[i] − m)` (for `x[i] ≤ m`); returns `Σ x[i]`.
 #[inline]
 pub fn exp_sub_sum(x: &mut [f32], m: f32) -> f64 {
