@@ -1,25 +1,30 @@
 //! Decode attention (one query token) over the KV cache as stored.
 //!
-//! Flash-decoding: each KV head's positions are cut into chunks of
-//! [`DECODE_SPLIT`] positions, and every (KV head, chunk) pair is one
-//! parallel task that returns its partial softmax (per query head: the
-//! running maximum, the f64 sum of exponentials and the unnormalised
-//! output). The partials are then combined in chunk order, so the result
-//! does not depend on the thread count; a context of one chunk is finished
-//! exactly as the sequential kernel always did.
+//! Flash-decoding: the positions are cut into chunks of [`DECODE_SPLIT`]
+//! positions, each one parallel task over every KV head that returns its
+//! partial softmax per query head (the running maximum, the f64 sum of
+//! exponentials and the unnormalised output). A task reads each cache row
+//! whole (all KV heads, in address order): the memory system streams that
+//! far better than one head's half-rows 1 KiB apart. The partials are then
+//! combined in chunk order, so the result does not depend on the thread
+//! count; a context of one chunk (a task per KV head there, for the
+//! threads) is finished exactly as the sequential kernel always did, and a
+//! head's result does not depend on which heads share its task.
 //!
 //! Inside a task, keys and values are read in place in their stored type
 //! (f32, f16, bf16, q8_0, q4_0), each row once for the whole group of query
 //! heads that share it: [`scores_kv`] converts 32 values of a key row in
 //! registers (F16C for f16, integer widening times the block scale for
 //! q8_0 and q4_0) and multiplies them into eight heads' accumulators;
-//! [`pv_kv`] does the same for values. Each output takes the same
-//! operations in the same order as on the row widened to f32 beforehand, so
-//! a stored type gives bit for bit the result of its values in f32. Shapes
-//! the fused kernels do not take (groups not a multiple of 8 heads, head
-//! sizes not a multiple of 32, no AVX2) convert 32 rows at a time into a
-//! buffer and use the f32 kernels. Scalar twins: [`scores_kv_scalar`],
-//! [`pv_kv_scalar`].
+//! [`pv_kv`] does the same for values (four heads × 16 values a step for
+//! the 16- and 32-bit types, so a broadcast weight feeds two products).
+//! The rows a step will need are prefetched a few steps ahead, spread over
+//! the step's work. Each output takes the same operations in the same
+//! order as on the row widened to f32 beforehand, so a stored type gives
+//! bit for bit the result of its values in f32. Shapes the fused kernels do
+//! not take (groups not a multiple of 8 heads, head sizes not a multiple of
+//! 32, no AVX2) convert 32 rows at a time into a buffer and use the f32
+//! kernels. Scalar twins: [`scores_kv_scalar`], [`pv_kv_scalar`].
 
 use rayon::prelude::*;
 
@@ -49,17 +54,34 @@ pub(crate) fn attn_decode(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut
     let g = s.n_head / s.n_head_kv;
     let n_keys = s.pos0 + 1;
     let n_split = n_keys.div_ceil(DECODE_SPLIT);
-    let tasks: Vec<(usize, usize)> = (0..s.n_head_kv)
-        .flat_map(|h| (0..n_split).map(move |c| (h, c)))
-        .collect();
-    let parts: Vec<Partial> = tasks
-        .par_iter()
-        .map(|&(kvh, c)| {
-            let end = ((c + 1) * DECODE_SPLIT).min(n_keys);
-            decode_range(s, q, kv, kvh, c * DECODE_SPLIT, end)
-        })
-        .collect();
-    for (kvh, ps) in parts.chunks(n_split).enumerate() {
+    let range = |c: usize| (c * DECODE_SPLIT, ((c + 1) * DECODE_SPLIT).min(n_keys));
+    // parts[kvh][c]: KV head kvh's partial over chunk c.
+    let parts: Vec<Vec<Partial>> = if n_split == 1 {
+        // One chunk: a task per KV head.
+        (0..s.n_head_kv)
+            .into_par_iter()
+            .map(|kvh| decode_range(s, q, kv, kvh, 1, 0, n_keys))
+            .collect()
+    } else {
+        // A task per chunk over every KV head: the rows are read whole, in
+        // address order, which the memory system streams far better than
+        // each head's half-rows apart.
+        let by_chunk: Vec<Vec<Partial>> = (0..n_split)
+            .into_par_iter()
+            .map(|c| {
+                let (a, b) = range(c);
+                decode_range(s, q, kv, 0, s.n_head_kv, a, b)
+            })
+            .collect();
+        let mut parts: Vec<Vec<Partial>> = (0..s.n_head_kv).map(|_| Vec::new()).collect();
+        for chunk in by_chunk {
+            for (kvh, p) in chunk.into_iter().enumerate() {
+                parts[kvh].push(p);
+            }
+        }
+        parts
+    };
+    for (kvh, ps) in parts.iter().enumerate() {
         combine(ps, g, hd, &mut out[kvh * g * hd..(kvh + 1) * g * hd]);
     }
 }
@@ -96,36 +118,42 @@ fn combine(ps: &[Partial], g: usize, hd: usize, out: &mut [f32]) {
     }
 }
 
-/// Online softmax of the group of KV head `kvh` over positions `k0..end`
-/// (max-subtraction, f64 sums), unnormalised.
+/// Online softmax of the groups of KV heads `kvh0 .. kvh0 + groups` over
+/// positions `start..end` (max-subtraction, f64 sums), unnormalised: a
+/// partial per KV head. Each head's partial is the same whatever the
+/// number of groups taken together.
+#[allow(clippy::too_many_arguments)]
 fn decode_range(
     s: &AttnShape,
     q: &[f32],
     kv: &KvBlocks<'_>,
-    kvh: usize,
+    kvh0: usize,
+    groups: usize,
     start: usize,
     end: usize,
-) -> Partial {
+) -> Vec<Partial> {
     let hd = s.head_dim;
     let g = s.n_head / s.n_head_kv;
+    let heads = groups * g;
     let stride = s.n_head_kv * hd;
-    let mut o = vec![0f32; g * hd];
-    let mut mx = vec![f32::NEG_INFINITY; g];
-    let mut sum = vec![0f64; g];
-    let mut scores = vec![0f32; g * KB];
+    let mut o = vec![0f32; heads * hd];
+    let mut mx = vec![f32::NEG_INFINITY; heads];
+    let mut sum = vec![0f64; heads];
+    let mut scores = vec![0f32; heads * KB];
     let mut buf = Vec::new();
-    let qs: Vec<f32> = q[kvh * g * hd..(kvh + 1) * g * hd]
+    let qs: Vec<f32> = q[kvh0 * g * hd..(kvh0 + groups) * g * hd]
         .iter()
         .map(|x| x * s.scale)
         .collect();
     let mut k0 = start;
     while k0 < end {
         let (b, off, k1) = kv.locate(k0, KB, end);
-        let base = off * stride + kvh * hd;
+        let base = off * stride + kvh0 * hd;
         let nk = k1 - k0;
         scores_kv(
             &qs,
             hd,
+            groups,
             kv.k[b],
             base,
             stride,
@@ -134,14 +162,22 @@ fn decode_range(
             KB,
             &mut buf,
         );
-        for h in 0..g {
+        for h in 0..heads {
             let sc = &mut scores[h * KB..h * KB + nk];
             softmax_step(sc, &mut mx[h], &mut sum[h], &mut o[h * hd..(h + 1) * hd]);
         }
-        pv_kv(&mut o, hd, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
+        pv_kv(
+            &mut o, hd, groups, &scores, KB, kv.v[b], base, stride, nk, &mut buf,
+        );
         k0 = k1;
     }
-    Partial { mx, sum, o }
+    (0..groups)
+        .map(|k| Partial {
+            mx: mx[k * g..(k + 1) * g].to_vec(),
+            sum: sum[k * g..(k + 1) * g].to_vec(),
+            o: o[k * g * hd..(k + 1) * g * hd].to_vec(),
+        })
+        .collect()
 }
 
 /// Whether the fused kernels take these rows: groups of 8 heads, rows of
@@ -188,12 +224,16 @@ fn convert_rows<'b>(
 }
 
 /// `out[h · ostride + j] = q_h · k_j` for the `g` heads of `q` (`[g, hd]`)
-/// and key rows `j < n`, row `j` the values `base + j · stride .. + hd` of
-/// `src` in its stored type. `buf` is scratch for the general path.
+/// and key rows `j < n`. The heads are `groups` equal groups (KV heads):
+/// group `k`'s row `j` is the values `base + j · stride + k · hd .. + hd` of
+/// `src` in its stored type. Every head's score is the same whatever the
+/// grouping; several groups in one call read each row once, in address
+/// order. `buf` is scratch for the general path.
 #[allow(clippy::too_many_arguments)]
 pub fn scores_kv(
     q: &[f32],
     hd: usize,
+    groups: usize,
     src: KvRows<'_>,
     base: usize,
     stride: usize,
@@ -203,12 +243,40 @@ pub fn scores_kv(
     buf: &mut Vec<f32>,
 ) {
     let g = q.len() / hd.max(1);
+    let groups = groups.max(1);
     assert!(
         q.len() == g * hd
-            && rows_in(src, hd, base, stride, n)
+            && g.is_multiple_of(groups)
+            && rows_in(src, groups * hd, base, stride, n)
             && (g == 0 || n == 0 || out.len() >= (g - 1) * ostride + n),
         "scores_kv: sizes"
     );
+    let gk = g / groups;
+    #[cfg(target_arch = "x86_64")]
+    if gk == 8 && fused(gk, hd, base, stride) {
+        // SAFETY: AVX2, FMA and F16C were detected; rows 0..n of every
+        // group lie in `src`, start on whole blocks, and `out` holds 8 ·
+        // groups rows of n scores at `ostride` (all checked above).
+        unsafe { x86::scores8(q, hd, groups, src, base, stride, n, out, ostride) };
+        return;
+    }
+    if groups > 1 {
+        for k in 0..groups {
+            scores_kv(
+                &q[k * gk * hd..(k + 1) * gk * hd],
+                hd,
+                1,
+                src,
+                base + k * hd,
+                stride,
+                n,
+                &mut out[k * gk * ostride..],
+                ostride,
+                buf,
+            );
+        }
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if fused(g, hd, base, stride) {
         for h0 in (0..g).step_by(8) {
@@ -217,7 +285,7 @@ pub fn scores_kv(
             // SAFETY: AVX2, FMA and F16C were detected; rows 0..n lie in
             // `src`, start on whole blocks, and `o` holds 8 rows of n
             // scores at `ostride` (all checked above).
-            unsafe { x86::scores8(qh, hd, src, base, stride, n, o, ostride) };
+            unsafe { x86::scores8(qh, hd, 1, src, base, stride, n, o, ostride) };
         }
         return;
     }
@@ -237,6 +305,7 @@ pub fn scores_kv(
 pub fn scores_kv_scalar(
     q: &[f32],
     hd: usize,
+    groups: usize,
     src: KvRows<'_>,
     base: usize,
     stride: usize,
@@ -245,21 +314,24 @@ pub fn scores_kv_scalar(
     ostride: usize,
 ) {
     let g = q.len() / hd.max(1);
+    let gk = g / groups.max(1);
     let mut row = vec![0f32; hd];
     for j in 0..n {
-        decode_scalar(src, base + j * stride, &mut row);
         for h in 0..g {
+            decode_scalar(src, base + j * stride + h / gk * hd, &mut row);
             out[h * ostride + j] = dot_scalar(&q[h * hd..(h + 1) * hd], &row);
         }
     }
 }
 
 /// `o[h][d] += Σ_j p[h · pstride + j] · v_j[d]` for the `g` heads of `o`
-/// (`[g, hd]`) and value rows `j < n` as in [`scores_kv`].
+/// (`[g, hd]`) in `groups` groups and value rows `j < n` as in
+/// [`scores_kv`].
 #[allow(clippy::too_many_arguments)]
 pub fn pv_kv(
     o: &mut [f32],
     hd: usize,
+    groups: usize,
     p: &[f32],
     pstride: usize,
     src: KvRows<'_>,
@@ -269,13 +341,42 @@ pub fn pv_kv(
     buf: &mut Vec<f32>,
 ) {
     let g = o.len() / hd.max(1);
+    let groups = groups.max(1);
     assert!(
         o.len() == g * hd
-            && rows_in(src, hd, base, stride, n)
+            && g.is_multiple_of(groups)
+            && rows_in(src, groups * hd, base, stride, n)
             && (g == 0 || n == 0 || p.len() >= (g - 1) * pstride + n),
         "pv_kv: sizes"
     );
     if n == 0 {
+        return;
+    }
+    let gk = g / groups;
+    #[cfg(target_arch = "x86_64")]
+    if gk == 8 && fused(gk, hd, base, stride) {
+        // SAFETY: AVX2, FMA and F16C were detected; rows 0..n of every
+        // group lie in `src` on whole blocks, `p` holds 8 · groups rows of
+        // n weights at `pstride` and `o` as many rows of hd (all checked
+        // above).
+        unsafe { x86::pv8(o, hd, groups, p, pstride, src, base, stride, n) };
+        return;
+    }
+    if groups > 1 {
+        for k in 0..groups {
+            pv_kv(
+                &mut o[k * gk * hd..(k + 1) * gk * hd],
+                hd,
+                1,
+                &p[k * gk * pstride..],
+                pstride,
+                src,
+                base + k * hd,
+                stride,
+                n,
+                buf,
+            );
+        }
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -288,6 +389,7 @@ pub fn pv_kv(
                 x86::pv8(
                     &mut o[h0 * hd..(h0 + 8) * hd],
                     hd,
+                    1,
                     &p[h0 * pstride..],
                     pstride,
                     src,
@@ -321,6 +423,7 @@ pub fn pv_kv(
 pub fn pv_kv_scalar(
     o: &mut [f32],
     hd: usize,
+    groups: usize,
     p: &[f32],
     pstride: usize,
     src: KvRows<'_>,
@@ -329,10 +432,11 @@ pub fn pv_kv_scalar(
     n: usize,
 ) {
     let g = o.len() / hd.max(1);
+    let gk = g / groups.max(1);
     let mut row = vec![0f32; hd];
     for j in 0..n {
-        decode_scalar(src, base + j * stride, &mut row);
         for h in 0..g {
+            decode_scalar(src, base + j * stride + h / gk * hd, &mut row);
             let w = p[h * pstride + j];
             o[h * hd..(h + 1) * hd]
                 .iter_mut()
@@ -348,8 +452,8 @@ mod x86 {
     use crate::kvtype::{BlockQ4_0, BlockQ8_0, KvRows};
     use std::arch::x86_64::*;
 
-    /// Rows ahead that the kernels prefetch (the hardware prefetcher does
-    /// not follow two interleaved streams of strided rows well).
+    /// Key rows ahead that the score kernel prefetches (the value kernel
+    /// prefetches the next run of [`SUB`] rows).
     const PREFETCH: usize = 8;
 
     /// A block's f16 scale as f32.
@@ -452,45 +556,60 @@ mod x86 {
     /// accumulator takes the values in order (as the f32 kernel), then the
     /// same horizontal sum.
     macro_rules! scores8_body {
-        ($q:expr, $hd:expr, $n:expr, $out:expr, $ostride:expr, $ahead:expr, $bytes:expr, $load32:expr) => {{
+        ($q:expr, $hd:expr, $groups:expr, $n:expr, $out:expr, $ostride:expr, $ahead:expr, $bytes:expr, $load32:expr) => {{
             let (pq, po) = ($q.as_ptr(), $out.as_mut_ptr());
+            // Bytes of the row `PREFETCH` ahead to prefetch per step of 32
+            // values (whole lines), so the prefetches are spread over the
+            // row instead of queued at its start.
+            let steps = $groups * $hd / 32;
+            let per = ($bytes as usize).div_ceil(64).div_ceil(steps) * 64;
             for j in 0..$n {
-                let a = $ahead(j);
-                let mut c = 0;
-                while c < $bytes {
-                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c).cast());
-                    c += 64;
-                }
-                let mut acc = [_mm256_setzero_ps(); 8];
-                let mut c = 0;
-                while c < $hd {
-                    let k4: [__m256; 4] = $load32(j, c);
-                    for (h, a) in acc.iter_mut().enumerate() {
-                        let qh = pq.add(h * $hd + c);
-                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh), k4[0], *a);
-                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(8)), k4[1], *a);
-                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(16)), k4[2], *a);
-                        *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(24)), k4[3], *a);
+                let a = (j + PREFETCH < $n).then(|| $ahead(j).cast::<i8>());
+                for k in 0..$groups {
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    let mut c = 0;
+                    while c < $hd {
+                        if let Some(a) = a {
+                            let step = (k * $hd + c) / 32;
+                            let mut l = step * per;
+                            while l < ((step + 1) * per).min($bytes) {
+                                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(l));
+                                l += 64;
+                            }
+                        }
+                        let k4: [__m256; 4] = $load32(j, k * $hd + c);
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            let qh = pq.add((k * 8 + h) * $hd + c);
+                            *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh), k4[0], *a);
+                            *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(8)), k4[1], *a);
+                            *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(16)), k4[2], *a);
+                            *a = _mm256_fmadd_ps(_mm256_loadu_ps(qh.add(24)), k4[3], *a);
+                        }
+                        c += 32;
                     }
-                    c += 32;
-                }
-                for (h, a) in acc.iter().enumerate() {
-                    *po.add(h * $ostride + j) = hsum(*a);
+                    for (h, a) in acc.iter().enumerate() {
+                        *po.add((k * 8 + h) * $ostride + j) = hsum(*a);
+                    }
                 }
             }
         }};
     }
 
+    /// `groups` groups of eight heads, group `k` reading values `k · hd ..`
+    /// of each row: a row's groups are read one after the other, so the
+    /// rows stream in address order.
+    ///
     /// # Safety
-    /// AVX2, FMA and F16C; `q` holds 8 × `hd` values (`hd` a multiple of
-    /// 32), rows `0..n` (values `base + j · stride .. + hd`, `base` and
-    /// `stride` multiples of 32) lie in `src`, `out` holds rows `0..8` of
-    /// `n` at `ostride`.
+    /// AVX2, FMA and F16C; `q` holds `groups` × 8 × `hd` values (`hd` a
+    /// multiple of 32), rows `0..n` (values `base + j · stride .. + groups
+    /// · hd`, `base` and `stride` multiples of 32) lie in `src`, `out` holds
+    /// rows `0..8 · groups` of `n` at `ostride`.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scores8(
         q: &[f32],
         hd: usize,
+        groups: usize,
         src: KvRows<'_>,
         base: usize,
         stride: usize,
@@ -498,6 +617,32 @@ mod x86 {
         out: &mut [f32],
         ostride: usize,
     ) {
+        // SAFETY: the caller's contract is the callee's; a head size of 256
+        // (the model's) gets its own copy with the size a constant.
+        unsafe {
+            if hd == 256 {
+                scores8_hd::<256>(q, hd, groups, src, base, stride, n, out, ostride)
+            } else {
+                scores8_hd::<0>(q, hd, groups, src, base, stride, n, out, ostride)
+            }
+        }
+    }
+
+    /// [`scores8`] with the head size `HD` when it is not 0.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores8_hd<const HD: usize>(
+        q: &[f32],
+        hd: usize,
+        groups: usize,
+        src: KvRows<'_>,
+        base: usize,
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        ostride: usize,
+    ) {
+        let hd = if HD != 0 { HD } else { hd };
         // SAFETY (whole body): every row read is one the caller vouched
         // for; the prefetch addresses are never dereferenced.
         unsafe {
@@ -515,7 +660,7 @@ mod x86 {
                             _mm256_loadu_ps(r.add(24)),
                         ]
                     };
-                    scores8_body!(q, hd, n, out, ostride, ahead, hd * 4, load)
+                    scores8_body!(q, hd, groups, n, out, ostride, ahead, groups * hd * 4, load)
                 }
                 KvRows::F16(x) | KvRows::Bf16(x) => {
                     let bf = matches!(src, KvRows::Bf16(_));
@@ -535,7 +680,7 @@ mod x86 {
                         }
                         v
                     };
-                    scores8_body!(q, hd, n, out, ostride, ahead, hd * 2, load)
+                    scores8_body!(q, hd, groups, n, out, ostride, ahead, groups * hd * 2, load)
                 }
                 KvRows::Q8_0(x) => {
                     let p = x.as_ptr().add(base / 32);
@@ -543,7 +688,17 @@ mod x86 {
                     let row = |j: usize| p.add(j * bs);
                     let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * bs);
                     let load = |j: usize, c: usize| q8_32(row(j).add(c / 32));
-                    scores8_body!(q, hd, n, out, ostride, ahead, hd / 32 * 34, load)
+                    scores8_body!(
+                        q,
+                        hd,
+                        groups,
+                        n,
+                        out,
+                        ostride,
+                        ahead,
+                        groups * hd / 32 * 34,
+                        load
+                    )
                 }
                 KvRows::Q4_0(x) => {
                     let p = x.as_ptr().add(base / 32);
@@ -551,10 +706,82 @@ mod x86 {
                     let row = |j: usize| p.add(j * bs);
                     let ahead = |j: usize| p.wrapping_add((j + PREFETCH) * bs);
                     let load = |j: usize, c: usize| q4_32(row(j).add(c / 32));
-                    scores8_body!(q, hd, n, out, ostride, ahead, hd / 32 * 18, load)
+                    scores8_body!(
+                        q,
+                        hd,
+                        groups,
+                        n,
+                        out,
+                        ostride,
+                        ahead,
+                        groups * hd / 32 * 18,
+                        load
+                    )
                 }
             }
         }
+    }
+
+    /// [`pv8_body`] for rows whose values load in one instruction (f32,
+    /// f16, bf16): four heads × 16 values (8 accumulators) at a time, so
+    /// each weight broadcast feeds two products instead of one. Each output
+    /// still takes `fma(p, v, o)` row by row in order: the same bits.
+    macro_rules! pv8_body_wide {
+        ($o:expr, $hd:expr, $groups:expr, $p:expr, $pstride:expr, $n:expr, $ahead:expr, $bytes:expr, $load8:expr) => {{
+            let (po, pp) = ($o.as_mut_ptr(), $p.as_ptr());
+            // Steps of a run: per group, hd / 16 runs of values for each
+            // half of the eight heads; rows of the next run are prefetched
+            // `per` at a step.
+            let steps = $groups * $hd / 16 * 2;
+            let per = SUB.div_ceil(steps);
+            let mut j0 = 0;
+            while j0 < $n {
+                let m = SUB.min($n - j0);
+                let next = SUB.min($n - j0 - m);
+                let mut t = 0;
+                for k in 0..$groups {
+                    let mut e = 0;
+                    while e < $hd {
+                        let d = k * $hd + e;
+                        for hh in [0, 4] {
+                            for j in j0 + t * per..(j0 + (t + 1) * per).min(j0 + next) {
+                                let a = $ahead(j).cast::<i8>();
+                                let mut c = 0;
+                                while c < $bytes {
+                                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c));
+                                    c += 64;
+                                }
+                            }
+                            t += 1;
+                            let oh = (k * 8 + hh) * $hd + e;
+                            let ph = (k * 8 + hh) * $pstride;
+                            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                            for (h, a) in acc.iter_mut().enumerate() {
+                                for (i, x) in a.iter_mut().enumerate() {
+                                    *x = _mm256_loadu_ps(po.add(oh + h * $hd + 8 * i));
+                                }
+                            }
+                            for j in j0..j0 + m {
+                                let v: [__m256; 2] = [$load8(j, d), $load8(j, d + 8)];
+                                for (h, a) in acc.iter_mut().enumerate() {
+                                    let s = _mm256_broadcast_ss(&*pp.add(ph + h * $pstride + j));
+                                    for (x, &vi) in a.iter_mut().zip(&v) {
+                                        *x = _mm256_fmadd_ps(s, vi, *x);
+                                    }
+                                }
+                            }
+                            for (h, a) in acc.iter().enumerate() {
+                                for (i, x) in a.iter().enumerate() {
+                                    _mm256_storeu_ps(po.add(oh + h * $hd + 8 * i), *x);
+                                }
+                            }
+                        }
+                        e += 16;
+                    }
+                }
+                j0 += m;
+            }
+        }};
     }
 
     /// `o[h] += Σ_j p[h][j] · v_j` for eight heads: for each run of SUB
@@ -562,35 +789,44 @@ mod x86 {
     /// stay in registers while the rows stream past; each output takes
     /// `fma(p, v, o)` row by row in order (as the f32 kernel).
     macro_rules! pv8_body {
-        ($o:expr, $hd:expr, $p:expr, $pstride:expr, $n:expr, $ahead:expr, $bytes:expr, $prep:expr, $load8:expr) => {{
+        ($o:expr, $hd:expr, $groups:expr, $p:expr, $pstride:expr, $n:expr, $ahead:expr, $bytes:expr, $prep:expr, $load8:expr) => {{
             let (po, pp) = ($o.as_mut_ptr(), $p.as_ptr());
+            let width = $groups * $hd;
+            // Rows of the next run to prefetch per step of 8 values, so the
+            // prefetches are spread over the run instead of queued at its
+            // start.
+            let per = SUB.div_ceil(width / 8);
             let mut j0 = 0;
             while j0 < $n {
                 let m = SUB.min($n - j0);
-                for j in j0..j0 + m {
-                    let a = $ahead(j);
-                    let mut c = 0;
-                    while c < $bytes {
-                        _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c).cast());
-                        c += 64;
-                    }
-                }
+                let next = (SUB).min($n - j0 - m);
                 $prep(j0, m);
                 let mut d = 0;
-                while d < $hd {
+                while d < width {
+                    let t = d / 8 * per;
+                    for j in j0 + t..(j0 + t + per).min(j0 + next) {
+                        let a = $ahead(j).cast::<i8>();
+                        let mut c = 0;
+                        while c < $bytes {
+                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c));
+                            c += 64;
+                        }
+                    }
+                    // Group `d / hd`: heads `8 · (d / hd) ..`.
+                    let (oh, ph) = (d / $hd * 8 * $hd + d % $hd, d / $hd * 8 * $pstride);
                     let mut acc = [_mm256_setzero_ps(); 8];
                     for (h, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_loadu_ps(po.add(h * $hd + d));
+                        *a = _mm256_loadu_ps(po.add(oh + h * $hd));
                     }
                     for j in j0..j0 + m {
                         let v: __m256 = $load8(j, d, j - j0);
                         for (h, a) in acc.iter_mut().enumerate() {
-                            let w = _mm256_broadcast_ss(&*pp.add(h * $pstride + j));
+                            let w = _mm256_broadcast_ss(&*pp.add(ph + h * $pstride + j));
                             *a = _mm256_fmadd_ps(w, v, *a);
                         }
                     }
                     for (h, a) in acc.iter().enumerate() {
-                        _mm256_storeu_ps(po.add(h * $hd + d), *a);
+                        _mm256_storeu_ps(po.add(oh + h * $hd), *a);
                     }
                     d += 8;
                 }
@@ -599,15 +835,18 @@ mod x86 {
         }};
     }
 
+    /// `groups` groups of eight heads as in [`scores8`].
+    ///
     /// # Safety
-    /// AVX2, FMA and F16C; `o` holds 8 × `hd` values (`hd` a multiple of
-    /// 32), `p` rows `0..8` of `n` weights at `pstride`, rows `0..n` of
-    /// `src` as in [`scores8`].
+    /// AVX2, FMA and F16C; `o` holds `groups` × 8 × `hd` values (`hd` a
+    /// multiple of 32), `p` rows `0..8 · groups` of `n` weights at
+    /// `pstride`, rows `0..n` of `src` as in [`scores8`].
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn pv8(
         o: &mut [f32],
         hd: usize,
+        groups: usize,
         p: &[f32],
         pstride: usize,
         src: KvRows<'_>,
@@ -615,8 +854,34 @@ mod x86 {
         stride: usize,
         n: usize,
     ) {
-        // Block scales of the current run of rows: [SUB][hd / 32].
-        let nb = hd / 32;
+        // SAFETY: the caller's contract is the callee's; a head size of 256
+        // (the model's) gets its own copy with the size a constant.
+        unsafe {
+            if hd == 256 {
+                pv8_hd::<256>(o, hd, groups, p, pstride, src, base, stride, n)
+            } else {
+                pv8_hd::<0>(o, hd, groups, p, pstride, src, base, stride, n)
+            }
+        }
+    }
+
+    /// [`pv8`] with the head size `HD` when it is not 0.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn pv8_hd<const HD: usize>(
+        o: &mut [f32],
+        hd: usize,
+        groups: usize,
+        p: &[f32],
+        pstride: usize,
+        src: KvRows<'_>,
+        base: usize,
+        stride: usize,
+        n: usize,
+    ) {
+        let hd = if HD != 0 { HD } else { hd };
+        // Block scales of the current run of rows: [SUB][groups · hd / 32].
+        let nb = groups * hd / 32;
         let mut sc = vec![0f32; SUB * nb];
         // SAFETY (whole body): every row read is one the caller vouched
         // for; the prefetch addresses are never dereferenced.
@@ -625,26 +890,25 @@ mod x86 {
                 KvRows::F32(x) => {
                     let r = x.as_ptr().add(base);
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
-                    let load =
-                        |j: usize, d: usize, _: usize| _mm256_loadu_ps(r.add(j * stride + d));
-                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 4, |_, _| (), load)
+                    let load = |j: usize, d: usize| _mm256_loadu_ps(r.add(j * stride + d));
+                    pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 4, load)
                 }
                 KvRows::F16(x) => {
                     let r = x.as_ptr().add(base);
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
-                    let load = |j: usize, d: usize, _: usize| {
+                    let load = |j: usize, d: usize| {
                         _mm256_cvtph_ps(_mm_loadu_si128(r.add(j * stride + d) as *const __m128i))
                     };
-                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 2, |_, _| (), load)
+                    pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 2, load)
                 }
                 KvRows::Bf16(x) => {
                     let r = x.as_ptr().add(base);
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
-                    let load = |j: usize, d: usize, _: usize| {
+                    let load = |j: usize, d: usize| {
                         let h = _mm_loadu_si128(r.add(j * stride + d) as *const __m128i);
                         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
                     };
-                    pv8_body!(o, hd, p, pstride, n, ahead, hd * 2, |_, _| (), load)
+                    pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 2, load)
                 }
                 KvRows::Q8_0(x) => {
                     let r = x.as_ptr().add(base / 32);
@@ -665,7 +929,7 @@ mod x86 {
                         let s = _mm256_broadcast_ss(&*scp.add(i * nb + d / 32));
                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v8)), s)
                     };
-                    pv8_body!(o, hd, p, pstride, n, ahead, nb * 34, prep, load)
+                    pv8_body!(o, hd, groups, p, pstride, n, ahead, nb * 34, prep, load)
                 }
                 KvRows::Q4_0(x) => {
                     let r = x.as_ptr().add(base / 32);
@@ -684,7 +948,7 @@ mod x86 {
                         let s = _mm256_broadcast_ss(&*scp.add(i * nb + d / 32));
                         q4_8(blk, (d % 32) / 8, s)
                     };
-                    pv8_body!(o, hd, p, pstride, n, ahead, nb * 18, prep, load)
+                    pv8_body!(o, hd, groups, p, pstride, n, ahead, nb * 18, prep, load)
                 }
             }
         }
@@ -736,8 +1000,8 @@ mod tests {
                     let base = kvh * hd;
                     let (mut a, mut b) = (vec![0f32; g * 80], vec![0f32; g * 80]);
                     let mut buf = Vec::new();
-                    scores_kv(&q, hd, d.rows(), base, stride, n, &mut a, 80, &mut buf);
-                    scores_kv_scalar(&q, hd, d.rows(), base, stride, n, &mut b, 80);
+                    scores_kv(&q, hd, 1, d.rows(), base, stride, n, &mut a, 80, &mut buf);
+                    scores_kv_scalar(&q, hd, 1, d.rows(), base, stride, n, &mut b, 80);
                     for (i, (u, w)) in a.iter().zip(&b).enumerate() {
                         assert!(
                             (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * hd as f32,
@@ -746,14 +1010,70 @@ mod tests {
                     }
                     let o0 = rand(g * hd, 13);
                     let (mut oa, mut ob) = (o0.clone(), o0.clone());
-                    pv_kv(&mut oa, hd, &p, 80, d.rows(), base, stride, n, &mut buf);
-                    pv_kv_scalar(&mut ob, hd, &p, 80, d.rows(), base, stride, n);
+                    pv_kv(&mut oa, hd, 1, &p, 80, d.rows(), base, stride, n, &mut buf);
+                    pv_kv_scalar(&mut ob, hd, 1, &p, 80, d.rows(), base, stride, n);
                     for (i, (u, w)) in oa.iter().zip(&ob).enumerate() {
                         assert!(
                             (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * n as f32,
                             "{ty} g{g} hd{hd}: value {i}: {u} vs {w}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Both KV heads' groups in one call (rows read whole): against the
+    /// scalar twin, and bit for bit the per-group calls, for every type,
+    /// fused shapes and general ones.
+    #[test]
+    fn grouped_calls_are_the_per_group_calls() {
+        for (g, hd, nkv) in [(8, 64, 2), (8, 256, 2), (8, 32, 4), (3, 32, 2), (16, 64, 2)] {
+            let stride = nkv * hd;
+            let n = 75;
+            let x: Vec<f32> = rand(n * stride, 41).iter().map(|v| v * 4.0).collect();
+            let q = rand(nkv * g * hd, 42);
+            let p: Vec<f32> = rand(nkv * g * 80, 43).iter().map(|v| v + 0.5).collect();
+            for ty in KvType::ALL {
+                if !ty.fits_row(stride) {
+                    continue;
+                }
+                let d = stored(ty, &x);
+                let mut buf = Vec::new();
+                let (mut a, mut b, mut c) = (
+                    vec![0f32; nkv * g * 80],
+                    vec![0f32; nkv * g * 80],
+                    vec![0f32; nkv * g * 80],
+                );
+                scores_kv(&q, hd, nkv, d.rows(), 0, stride, n, &mut a, 80, &mut buf);
+                scores_kv_scalar(&q, hd, nkv, d.rows(), 0, stride, n, &mut b, 80);
+                for k in 0..nkv {
+                    let qk = &q[k * g * hd..(k + 1) * g * hd];
+                    let ck = &mut c[k * g * 80..];
+                    scores_kv(qk, hd, 1, d.rows(), k * hd, stride, n, ck, 80, &mut buf);
+                }
+                assert_eq!(a, c, "{ty} g{g} hd{hd} nkv{nkv}: grouped scores");
+                for (i, (u, w)) in a.iter().zip(&b).enumerate() {
+                    assert!(
+                        (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * hd as f32,
+                        "{ty} g{g} hd{hd} nkv{nkv}: score {i}: {u} vs {w}"
+                    );
+                }
+                let o0 = rand(nkv * g * hd, 44);
+                let (mut oa, mut ob, mut oc) = (o0.clone(), o0.clone(), o0.clone());
+                pv_kv(&mut oa, hd, nkv, &p, 80, d.rows(), 0, stride, n, &mut buf);
+                pv_kv_scalar(&mut ob, hd, nkv, &p, 80, d.rows(), 0, stride, n);
+                for k in 0..nkv {
+                    let ok = &mut oc[k * g * hd..(k + 1) * g * hd];
+                    let pk = &p[k * g * 80..];
+                    pv_kv(ok, hd, 1, pk, 80, d.rows(), k * hd, stride, n, &mut buf);
+                }
+                assert_eq!(oa, oc, "{ty} g{g} hd{hd} nkv{nkv}: grouped values");
+                for (i, (u, w)) in oa.iter().zip(&ob).enumerate() {
+                    assert!(
+                        (u - w).abs() <= 1e-5 * (1.0 + w.abs()) * n as f32,
+                        "{ty} g{g} hd{hd} nkv{nkv}: value {i}: {u} vs {w}"
+                    );
                 }
             }
         }
@@ -772,6 +1092,7 @@ mod tests {
         scores_kv(
             &q,
             hd,
+            1,
             KvRows::F32(&x),
             64,
             stride,
@@ -787,6 +1108,7 @@ mod tests {
         pv_kv(
             &mut oa,
             hd,
+            1,
             &p,
             80,
             KvRows::F32(&x),
