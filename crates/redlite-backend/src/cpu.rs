@@ -1210,19 +1210,7 @@ mod tests {
         assert!(CpuBackend::with_options(&at).is_ok());
     }
 
-    struct Rng(u64);
-    impl Rng {
-        fn f(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.f()).collect()
-        }
-    }
+    use crate::test_util::Rng;
 
     fn backend() -> CpuBackend {
         CpuBackend::new(Some(2)).expect("pool")

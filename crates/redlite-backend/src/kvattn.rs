@@ -463,6 +463,45 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)))
     }
 
+    /// A block of 32 values with an f16 scale.
+    trait Scaled {
+        fn d(&self) -> u16;
+    }
+    impl Scaled for BlockQ8_0 {
+        fn d(&self) -> u16 {
+            self.d
+        }
+    }
+    impl Scaled for BlockQ4_0 {
+        fn d(&self) -> u16 {
+            self.d
+        }
+    }
+
+    /// The f32 scales of rows `j0 .. j0 + m` (`nb` blocks from `r`, rows
+    /// `bs` blocks apart) into `sc`, `[m][nb]`.
+    ///
+    /// # Safety
+    /// F16C; those blocks lie behind `r` and `sc` holds `m · nb` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn gather_scales<B: Scaled>(
+        r: *const B,
+        bs: usize,
+        nb: usize,
+        j0: usize,
+        m: usize,
+        sc: *mut f32,
+    ) {
+        // SAFETY: the caller vouches for the blocks and the room.
+        unsafe {
+            for i in 0..m {
+                for b in 0..nb {
+                    *sc.add(i * nb + b) = scale((*r.add((j0 + i) * bs + b)).d());
+                }
+            }
+        }
+    }
+
     /// 32 values of a q8_0 block as four vectors (`d · q`).
     ///
     /// # Safety
@@ -915,13 +954,7 @@ mod x86 {
                     let bs = stride / 32;
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * bs);
                     let scp = sc.as_mut_ptr();
-                    let prep = |j0: usize, m: usize| {
-                        for i in 0..m {
-                            for b in 0..nb {
-                                *scp.add(i * nb + b) = scale((*r.add((j0 + i) * bs + b)).d);
-                            }
-                        }
-                    };
+                    let prep = |j0: usize, m: usize| gather_scales(r, bs, nb, j0, m, scp);
                     let load = |j: usize, d: usize, i: usize| {
                         let blk = r.add(j * bs + d / 32);
                         let q = (*blk).qs.as_ptr().add(d % 32);
@@ -936,13 +969,7 @@ mod x86 {
                     let bs = stride / 32;
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * bs);
                     let scp = sc.as_mut_ptr();
-                    let prep = |j0: usize, m: usize| {
-                        for i in 0..m {
-                            for b in 0..nb {
-                                *scp.add(i * nb + b) = scale((*r.add((j0 + i) * bs + b)).d);
-                            }
-                        }
-                    };
+                    let prep = |j0: usize, m: usize| gather_scales(r, bs, nb, j0, m, scp);
                     let load = |j: usize, d: usize, i: usize| {
                         let blk = r.add(j * bs + d / 32);
                         let s = _mm256_broadcast_ss(&*scp.add(i * nb + d / 32));
@@ -960,17 +987,7 @@ mod tests {
     use super::*;
     use crate::kvtype::{KvData, KvType};
 
-    fn rand(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
+    use crate::test_util::centred as rand;
 
     fn stored(ty: KvType, x: &[f32]) -> KvData {
         let mut d = KvData::with_capacity(ty, x.len());

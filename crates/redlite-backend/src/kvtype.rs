@@ -477,13 +477,10 @@ mod tests {
     use super::*;
 
     fn rand(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
+        let mut r = crate::test_util::Rng(seed);
         (0..n)
             .map(|i| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let u = (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+                let u = r.unit() - 0.5;
                 // Mixed magnitudes, some zeros and a whole zero block.
                 if i % 97 == 0 || (64..96).contains(&i) {
                     0.0

@@ -344,10 +344,42 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// Test inputs shared by the delta-rule tests of several modules.
+/// Test inputs shared by the tests of several modules: random values, and
+/// delta-rule cases.
 #[cfg(test)]
 pub(crate) mod test_util {
     use crate::DeltaInputs;
+
+    /// A 64-bit linear congruential generator (Knuth's MMIX constants):
+    /// reproducible random test values, no dependency.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        /// The next value in [0, 1) (the state's top 24 bits).
+        pub fn unit(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 40) as f32 / (1u64 << 24) as f32
+        }
+
+        /// The next value in [-1, 1).
+        pub fn f(&mut self) -> f32 {
+            self.unit() * 2.0 - 1.0
+        }
+
+        /// `n` values in [-1, 1).
+        pub fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.f()).collect()
+        }
+    }
+
+    /// `n` values in [-0.5, 0.5) from seed `seed`.
+    pub fn centred(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = Rng(seed);
+        (0..n).map(|_| r.unit() - 0.5).collect()
+    }
 
     /// Random delta-rule inputs of one shape: `q`, `k` L2-normalised per key
     /// head, `β` in (0, 1), decays `g = -decay·(1 + u)`, and a start state.
