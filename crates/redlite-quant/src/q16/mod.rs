@@ -840,6 +840,9 @@ fn byte_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
 /// types; the same bits as the generic driver, which unpacks each block to
 /// memory and stays the dot of these types below AVX-512).
 fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
+    if level == Q16Level::Avx2 {
+        return lattice_dot_avx2(ty);
+    }
     if level < Q16Level::Avx512 {
         return None;
     }
@@ -871,6 +874,35 @@ fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     }
     #[allow(unreachable_code)]
     None
+}
+
+/// The one-token dot of IQ1_M and IQ2_XS at the AVX2 level: the unpack
+/// fused into the product ([`lat_avx2`]; the generic driver's bits).
+fn lattice_dot_avx2(ty: GgmlType) -> Option<DotQ16Fn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn iq1(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 56, x);
+            // SAFETY: chosen only at the AVX2 level (AVX2, FMA and F16C
+            // detected); sizes checked.
+            unsafe { lat_avx2::dot_iq1_m_avx2(data, x) }
+        }
+        fn iq2(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 74, x);
+            // SAFETY: as above.
+            unsafe { lat_avx2::dot_iq2_xs_avx2(data, x) }
+        }
+        return match ty {
+            GgmlType::IQ1_M => Some(iq1),
+            GgmlType::IQ2_XS => Some(iq2),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = ty;
+        None
+    }
 }
 
 /// The multi-token twin of [`lattice_dot`]'s gathering kernels.
@@ -966,6 +998,7 @@ pub(crate) mod simd {
 mod dec_avx2;
 pub mod gemm;
 pub mod lanes;
+pub mod lat_avx2;
 mod simd_iq;
 mod simd_k;
 

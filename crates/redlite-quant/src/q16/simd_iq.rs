@@ -21,6 +21,9 @@
 
 use super::Unpacked;
 
+/// The tables and block-scale helper the fused AVX2 dots (`lat_avx2`) share.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{iq1_m_scales, IQ1_K8, IQ2XS_G16, IQ2XS_S16};
 #[cfg(target_arch = "x86_64")]
 pub use x86::{unpack_iq1_m, unpack_iq2_xs, zmm_iq1_m, zmm_iq2_xs, zmm_q6_k};
 
@@ -80,7 +83,7 @@ mod x86 {
 
     /// 32-byte aligned tables (rows never straddle a cache line).
     #[repr(C, align(32))]
-    pub(super) struct A32<T>(pub(super) T);
+    pub(crate) struct A32<T>(pub(crate) T);
 
     /// `ksigns_iq2xs[i]`: the 7 bits of `i` plus a parity bit making the count even.
     const fn ksign(i: usize) -> u32 {
@@ -89,9 +92,9 @@ mod x86 {
     }
 
     /// The IQ2_XS grid as rows of 8 `i16` (values 8, 25, 43).
-    pub(super) static IQ2XS_G16: A32<[[i16; 8]; 512]> = A32(iq2xs_g16());
+    pub(crate) static IQ2XS_G16: A32<[[i16; 8]; 512]> = A32(iq2xs_g16());
     /// Per 7-bit sign index, `±1` per value (`-1` where the sign bit is set).
-    pub(super) static IQ2XS_S16: A32<[[i16; 8]; 128]> = A32(iq2xs_s16());
+    pub(crate) static IQ2XS_S16: A32<[[i16; 8]; 128]> = A32(iq2xs_s16());
 
     const fn iq2xs_g16() -> [[i16; 8]; 512] {
         let mut t = [[0i16; 8]; 512];
@@ -263,7 +266,7 @@ mod x86 {
     /// The CPU must have AVX2, FMA and F16C; `b` points at a whole block
     /// (56 bytes).
     #[inline(always)]
-    unsafe fn iq1_m_scales(b: *const u8) -> (f32, __m256i) {
+    pub(crate) unsafe fn iq1_m_scales(b: *const u8) -> (f32, __m256i) {
         // SAFETY: the 8 bytes at 48 lie inside the block (the caller's promise).
         unsafe {
             let sw = b.add(48).cast::<u64>().read_unaligned();
@@ -366,7 +369,7 @@ mod x86 {
     }
 
     #[repr(C, align(64))]
-    pub(super) struct A64<T>(pub(super) T);
+    pub(crate) struct A64<T>(pub(crate) T);
 
     /// Lane `k` of 32 takes 16-bit lane `k / 2` (each `qh` byte for its two entries).
     static IQ1_DUP: A64<[u16; 32]> = A64(iq1_dup());
@@ -398,7 +401,7 @@ mod x86 {
     /// the entry's 12 bits (11-bit index, bit 11 the delta's sign: rows
     /// `0..2048` take `+1`, `2048..4096` take `-1`), for the gathers of
     /// [`zmm_iq1_m`] (32 KiB).
-    static IQ1_K8: A64<[u64; 4096]> = A64(iq1_k8());
+    pub(crate) static IQ1_K8: A64<[u64; 4096]> = A64(iq1_k8());
 
     const fn iq1_k8() -> [u64; 4096] {
         let mut t = [0u64; 4096];
