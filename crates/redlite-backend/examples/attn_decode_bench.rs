@@ -5,7 +5,9 @@
 //!   cargo run --release -p redlite-backend --example attn_decode_bench -- POSITIONS TYPE [THREADS] [STEPS]
 //!
 //! Prints the median time of one token's 12 layers and the KV bytes read
-//! per second (keys and values of every position, in the stored type).
+//! per second (keys and values of every position, in the stored type). The
+//! blocks are allocated as the engine allocates them (`KvData::block`: in
+//! huge-page slabs).
 
 use redlite_backend::cpu::CpuBackend;
 use redlite_backend::{AttnShape, Backend, KvBlocks, KvData, KvRows, KvType};
@@ -45,7 +47,7 @@ fn main() -> Result<(), String> {
             let m = (n - b * bt).min(bt) * row;
             for part in [&mut ks, &mut vs] {
                 buf[..m].iter_mut().for_each(|x| *x = rnd());
-                let mut d = KvData::with_capacity(ty, bt * row);
+                let mut d = KvData::block(ty, bt * row);
                 d.push(&buf[..m]);
                 part.push(d);
             }

@@ -11,6 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::kvslab::KvBuf;
 use half::{bf16, f16};
 
 /// Values per q8_0 block.
@@ -164,22 +165,45 @@ impl KvRows<'_> {
 /// Owned storage of one block's keys or values in a [`KvType`].
 #[derive(Clone, Debug)]
 pub enum KvData {
-    F32(Vec<f32>),
-    F16(Vec<u16>),
-    Bf16(Vec<u16>),
-    Q8_0(Vec<BlockQ8_0>),
-    Q4_0(Vec<BlockQ4_0>),
+    F32(KvBuf<f32>),
+    F16(KvBuf<u16>),
+    Bf16(KvBuf<u16>),
+    Q8_0(KvBuf<BlockQ8_0>),
+    Q4_0(KvBuf<BlockQ4_0>),
 }
 
 impl KvData {
     /// Empty storage with room for `n` values.
     pub fn with_capacity(ty: KvType, n: usize) -> KvData {
         match ty {
-            KvType::F32 => KvData::F32(Vec::with_capacity(n)),
-            KvType::F16 => KvData::F16(Vec::with_capacity(n)),
-            KvType::Bf16 => KvData::Bf16(Vec::with_capacity(n)),
-            KvType::Q8_0 => KvData::Q8_0(Vec::with_capacity(n.div_ceil(QK8_0))),
-            KvType::Q4_0 => KvData::Q4_0(Vec::with_capacity(n.div_ceil(QK4_0))),
+            KvType::F32 => KvData::F32(KvBuf::with_capacity(n)),
+            KvType::F16 => KvData::F16(KvBuf::with_capacity(n)),
+            KvType::Bf16 => KvData::Bf16(KvBuf::with_capacity(n)),
+            KvType::Q8_0 => KvData::Q8_0(KvBuf::with_capacity(n.div_ceil(QK8_0))),
+            KvType::Q4_0 => KvData::Q4_0(KvBuf::with_capacity(n.div_ceil(QK4_0))),
+        }
+    }
+
+    /// Empty storage for a whole KV block of `n` values: in a huge-page
+    /// slab where the size suits one ([`crate::kvslab`]), else as
+    /// [`KvData::with_capacity`].
+    pub fn block(ty: KvType, n: usize) -> KvData {
+        match ty {
+            KvType::F32 => KvData::F32(KvBuf::block(n)),
+            KvType::F16 => KvData::F16(KvBuf::block(n)),
+            KvType::Bf16 => KvData::Bf16(KvBuf::block(n)),
+            KvType::Q8_0 => KvData::Q8_0(KvBuf::block(n.div_ceil(QK8_0))),
+            KvType::Q4_0 => KvData::Q4_0(KvBuf::block(n.div_ceil(QK4_0))),
+        }
+    }
+
+    /// Whether the values are in a huge-page slab.
+    pub fn in_slab(&self) -> bool {
+        match self {
+            KvData::F32(x) => x.in_slab(),
+            KvData::F16(x) | KvData::Bf16(x) => x.in_slab(),
+            KvData::Q8_0(x) => x.in_slab(),
+            KvData::Q4_0(x) => x.in_slab(),
         }
     }
 
@@ -241,7 +265,16 @@ impl KvData {
 
     /// A copy of the first `n` values with room for `cap`.
     pub fn copy(&self, n: usize, cap: usize) -> KvData {
-        let mut e = KvData::with_capacity(self.ty(), cap.max(n));
+        self.copy_into(KvData::with_capacity(self.ty(), cap.max(n)), n)
+    }
+
+    /// A copy of the first `n` values as a whole block of `full` values
+    /// ([`KvData::block`]).
+    pub fn copy_block(&self, n: usize, full: usize) -> KvData {
+        self.copy_into(KvData::block(self.ty(), full.max(n)), n)
+    }
+
+    fn copy_into(&self, mut e: KvData, n: usize) -> KvData {
         match (&mut e, self) {
             (KvData::F32(d), KvData::F32(s)) => d.extend_from_slice(&s[..n]),
             (KvData::F16(d), KvData::F16(s)) | (KvData::Bf16(d), KvData::Bf16(s)) => {
@@ -258,7 +291,7 @@ impl KvData {
     pub fn from_f32(ty: KvType, mut x: Vec<f32>, cap: usize) -> KvData {
         if ty == KvType::F32 {
             x.reserve(cap.saturating_sub(x.len()));
-            return KvData::F32(x);
+            return KvData::F32(KvBuf::from(x));
         }
         let mut d = KvData::with_capacity(ty, cap.max(x.len()));
         d.push(&x);

@@ -20,6 +20,7 @@ use redlite_quant::{DequantFn, DotFn};
 pub mod cpu;
 pub mod delta;
 pub mod kvattn;
+pub mod kvslab;
 pub mod kvtype;
 pub mod simd;
 

@@ -18,6 +18,11 @@
 //! index: a device backend can keep the same table as indices into its own
 //! pool of device blocks.
 //!
+//! Whole blocks are allocated in 2 MiB slabs advised to use huge pages
+//! (`redlite_backend::kvslab`: long-context decode reads every block a
+//! token, and 4 KiB pages make it wait on page walks); a snapshot's exact
+//! copy of a partial block stays on the heap.
+//!
 //! The elements of a block are stored in the cache's [`KvTypes`] (f32,
 //! f16, bf16, q8_0 or q4_0 for keys and values each, [`KvData`]): rows are
 //! converted when appended, and the attention kernel converts them back a
@@ -55,8 +60,8 @@ impl Clone for KvBlock {
         KvBlock {
             id: next_id(),
             full: self.full,
-            k: self.k.copy(self.k.len(), self.full),
-            v: self.v.copy(self.v.len(), self.full),
+            k: self.k.copy_block(self.k.len(), self.full),
+            v: self.v.copy_block(self.v.len(), self.full),
         }
     }
 }
@@ -141,8 +146,8 @@ impl KvCache {
                 self.blocks.push(Arc::new(KvBlock {
                     id: next_id(),
                     full: KV_BLOCK_TOKENS * row,
-                    k: KvData::with_capacity(self.types.k, KV_BLOCK_TOKENS * row),
-                    v: KvData::with_capacity(self.types.v, KV_BLOCK_TOKENS * row),
+                    k: KvData::block(self.types.k, KV_BLOCK_TOKENS * row),
+                    v: KvData::block(self.types.v, KV_BLOCK_TOKENS * row),
                 }));
             }
             let take = (KV_BLOCK_TOKENS - off).min(n - done);
@@ -218,7 +223,7 @@ impl KvCache {
                     v.fill(0.0);
                     fill(i, k, v);
                     let store = |ty: KvType, x: &[f32]| {
-                        let mut d = KvData::with_capacity(ty, full);
+                        let mut d = KvData::block(ty, full);
                         d.push(x);
                         d
                     };
@@ -272,6 +277,7 @@ pub(crate) fn view<'a>(k: &'a [KvRows<'a>], v: &'a [KvRows<'a>]) -> KvBlocks<'a>
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use std::collections::HashMap;
 
@@ -433,5 +439,34 @@ mod tests {
             assert!((fv[2 * KV_BLOCK_TOKENS * row] + 2.0).abs() < 1e-3, "{ty}");
             assert_eq!(fk[0], 0.0);
         }
+    }
+
+    /// Whole blocks of a model-sized row go to huge-page slabs (on Linux),
+    /// copies on write too; a snapshot's partial block is an exact heap
+    /// copy; the values are the same either way.
+    #[test]
+    fn whole_blocks_live_in_slabs() {
+        let row = 512;
+        let types = KvTypes {
+            k: KvType::F16,
+            v: KvType::Q8_0,
+        };
+        let mut c = KvCache::with_types(row, types);
+        let (k, v) = (rows(1, 300, row), rows(2, 300, row));
+        c.append(&k, &v);
+        let linux = cfg!(target_os = "linux");
+        assert!(c
+            .blocks
+            .iter()
+            .all(|b| b.k.in_slab() == linux && b.v.in_slab() == linux));
+        let s = c.snapshot();
+        assert!(!s.blocks[1].k.in_slab() && s.blocks[0].k.in_slab() == linux);
+        let mut r = s.clone();
+        r.append(&k[..row], &v[..row]);
+        assert!(r.blocks[1].k.in_slab() == linux);
+        let (ck, _) = c.to_vecs();
+        let (rk, _) = r.to_vecs();
+        assert_eq!(&rk[..300 * row], &ck[..]);
+        assert_eq!(stored(KvType::F16, &k), ck);
     }
 }
