@@ -22,7 +22,8 @@ use crate::{GgmlType, TypeKernels};
 
 const QK: usize = 256;
 const IQ1S_BYTES: usize = 50;
-const IQ1M_BYTES: usize = 56;
+/// Bytes of one IQ1_M super-block.
+pub(crate) const IQ1M_BYTES: usize = 56;
 
 pub static IQ1_S: TypeKernels = TypeKernels {
     ty: GgmlType::IQ1_S,

@@ -20,7 +20,8 @@ use crate::{GgmlType, TypeKernels};
 
 const QK: usize = 256;
 const IQ2XXS_BYTES: usize = 66;
-const IQ2XS_BYTES: usize = 74;
+/// Bytes of one IQ2_XS super-block.
+pub(crate) const IQ2XS_BYTES: usize = 74;
 const IQ2S_BYTES: usize = 82;
 
 pub static IQ2_XXS: TypeKernels = TypeKernels {

@@ -40,9 +40,8 @@ use super::{Q16Ref, QK};
 use crate::iq_tables::{iq1s_grid, iq2xs_grid, ksigns_iq2xs};
 use crate::util::{f16_at, u16_at};
 
-/// Bytes of one IQ2_XS / IQ1_M super-block.
-const IQ2XS_BYTES: usize = 74;
-const IQ1M_BYTES: usize = 56;
+use crate::iq1::IQ1M_BYTES;
+use crate::iq2::IQ2XS_BYTES;
 
 /// The f32 tail every block of both kernels ends with (the generic AVX2
 /// driver's uniform-type step): the two chains' lanes converted and added,
@@ -139,35 +138,11 @@ pub(crate) use x86::{dot_iq1_m_avx2, dot_iq2_xs_avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::simd_iq::{iq1_m_scales, IQ1_K8, IQ2XS_G16, IQ2XS_S16};
+    use super::super::simd_iq::{iq1_m_scales, unroll16, IQ1_K8, IQ2XS_G16, IQ2XS_S16};
     use super::super::x86::prefetch_ahead;
     use super::super::{Q16Ref, QK};
     use super::{IQ1M_BYTES, IQ2XS_BYTES};
     use std::arch::x86_64::*;
-
-    /// Runs `$f(0)` .. `$f(15)` (constant group indices: every shuffle
-    /// pattern and offset a constant).
-    macro_rules! unroll16 {
-        ($f:expr) => {{
-            let f = &mut $f;
-            f(0);
-            f(1);
-            f(2);
-            f(3);
-            f(4);
-            f(5);
-            f(6);
-            f(7);
-            f(8);
-            f(9);
-            f(10);
-            f(11);
-            f(12);
-            f(13);
-            f(14);
-            f(15);
-        }};
-    }
 
     /// A block's 32 IQ1_M row offsets.
     #[repr(C, align(32))]

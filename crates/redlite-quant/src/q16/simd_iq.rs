@@ -23,7 +23,7 @@ use super::Unpacked;
 
 /// The tables and block-scale helper the fused AVX2 dots (`lat_avx2`) share.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{iq1_m_scales, IQ1_K8, IQ2XS_G16, IQ2XS_S16};
+pub(crate) use x86::{iq1_m_scales, unroll16, IQ1_K8, IQ2XS_G16, IQ2XS_S16};
 #[cfg(target_arch = "x86_64")]
 pub use x86::{unpack_iq1_m, unpack_iq2_xs, zmm_iq1_m, zmm_iq2_xs, zmm_q6_k};
 
@@ -50,12 +50,10 @@ pub unsafe fn unpack_iq1_m(blk: &[u8], u: &mut Unpacked) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Unpacked;
+    use crate::iq1::IQ1M_BYTES;
+    use crate::iq2::IQ2XS_BYTES;
     use crate::iq_tables::{IQ1S_GRID, IQ2XS_GRID};
     use std::arch::x86_64::*;
-
-    /// Bytes of one super-block.
-    const IQ2XS_BYTES: usize = 74;
-    const IQ1M_BYTES: usize = 56;
 
     /// Runs `$f(0)` .. `$f(15)`: the groups of a super-block, fully unrolled
     /// (constant group indices make every pattern and offset a constant).
@@ -80,6 +78,7 @@ mod x86 {
             f(15);
         }};
     }
+    pub(crate) use unroll16;
 
     /// 32-byte aligned tables (rows never straddle a cache line).
     #[repr(C, align(32))]
