@@ -1351,6 +1351,31 @@ mod tests {
         v
     }
 
+    /// The outputs of `plan` (matrix index, input rows, tokens) as jobs run
+    /// by `run`, each output first filled with NaN.
+    fn run_jobs(
+        mats: &[QMat<'_>],
+        plan: &[(usize, &[f32], usize)],
+        run: impl FnOnce(&mut [MatJob<'_, '_>]),
+    ) -> Vec<Vec<f32>> {
+        let mut outs: Vec<Vec<f32>> = plan
+            .iter()
+            .map(|&(m, _, t)| vec![f32::NAN; t * mats[m].n_out])
+            .collect();
+        let mut jobs: Vec<MatJob<'_, '_>> = plan
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(&(m, x, t), y)| MatJob {
+                w: mats[m],
+                x,
+                n_tok: t,
+                y,
+            })
+            .collect();
+        run(&mut jobs);
+        outs
+    }
+
     /// One multi-product region (no-token, one-token and several-token jobs,
     /// shared and separate inputs, a type without integer kernels, more tokens than
     /// one multi-token dot takes) gives every job exactly its own
@@ -1387,23 +1412,7 @@ mod tests {
             (2, &x1, 1),
             (1, &x20, 20),
         ];
-        let mut outs: Vec<Vec<f32>> = plan
-            .iter()
-            .map(|&(m, _, t)| vec![f32::NAN; t * mats[m].n_out])
-            .collect();
-        {
-            let mut jobs: Vec<MatJob<'_, '_>> = plan
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(&(m, x, t), y)| MatJob {
-                    w: mats[m],
-                    x,
-                    n_tok: t,
-                    y,
-                })
-                .collect();
-            be.matmul_multi(&mut jobs);
-        }
+        let outs = run_jobs(&mats, &plan, |jobs| be.matmul_multi(jobs));
         for (i, (&(m, x, t), got)) in plan.iter().zip(&outs).enumerate() {
             let w = &mats[m];
             let mut want = vec![0f32; t * w.n_out];
@@ -1472,23 +1481,7 @@ mod tests {
         ];
         for act in [Activations::Int16, Activations::F32] {
             let be = backend().with_activations(act);
-            let mut outs: Vec<Vec<f32>> = plan
-                .iter()
-                .map(|&(m, _, t)| vec![f32::NAN; t * mats[m].n_out])
-                .collect();
-            {
-                let mut jobs: Vec<MatJob<'_, '_>> = plan
-                    .iter()
-                    .zip(outs.iter_mut())
-                    .map(|(&(m, x, t), y)| MatJob {
-                        w: mats[m],
-                        x,
-                        n_tok: t,
-                        y,
-                    })
-                    .collect();
-                be.matmul_batch(&mut jobs);
-            }
+            let outs = run_jobs(&mats, &plan, |jobs| be.matmul_batch(jobs));
             for (i, (&(m, x, t), got)) in plan.iter().zip(&outs).enumerate() {
                 let w = &mats[m];
                 let mut want = vec![0f32; t * w.n_out];

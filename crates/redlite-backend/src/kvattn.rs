@@ -463,6 +463,18 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)))
     }
 
+    /// Prefetch the lines of bytes `from..to` after `a` (an address that is
+    /// never dereferenced: a prefetch does not fault).
+    #[inline(always)]
+    fn prefetch(a: *const i8, from: usize, to: usize) {
+        let mut l = from;
+        while l < to {
+            // SAFETY: a prefetch reads nothing and cannot fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(l)) };
+            l += 64;
+        }
+    }
+
     /// A block of 32 values with an f16 scale.
     trait Scaled {
         fn d(&self) -> u16;
@@ -610,11 +622,7 @@ mod x86 {
                     while c < $hd {
                         if let Some(a) = a {
                             let step = (k * $hd + c) / 32;
-                            let mut l = step * per;
-                            while l < ((step + 1) * per).min($bytes) {
-                                _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(l));
-                                l += 64;
-                            }
+                            prefetch(a, step * per, ((step + 1) * per).min($bytes));
                         }
                         let k4: [__m256; 4] = $load32(j, k * $hd + c);
                         for (h, a) in acc.iter_mut().enumerate() {
@@ -784,12 +792,7 @@ mod x86 {
                         let d = k * $hd + e;
                         for hh in [0, 4] {
                             for j in j0 + t * per..(j0 + (t + 1) * per).min(j0 + next) {
-                                let a = $ahead(j).cast::<i8>();
-                                let mut c = 0;
-                                while c < $bytes {
-                                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c));
-                                    c += 64;
-                                }
+                                prefetch($ahead(j).cast::<i8>(), 0, $bytes);
                             }
                             t += 1;
                             let oh = (k * 8 + hh) * $hd + e;
@@ -844,12 +847,7 @@ mod x86 {
                 while d < width {
                     let t = d / 8 * per;
                     for j in j0 + t..(j0 + t + per).min(j0 + next) {
-                        let a = $ahead(j).cast::<i8>();
-                        let mut c = 0;
-                        while c < $bytes {
-                            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c));
-                            c += 64;
-                        }
+                        prefetch($ahead(j).cast::<i8>(), 0, $bytes);
                     }
                     // Group `d / hd`: heads `8 · (d / hd) ..`.
                     let (oh, ph) = (d / $hd * 8 * $hd + d % $hd, d / $hd * 8 * $pstride);
