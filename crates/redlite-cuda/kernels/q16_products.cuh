@@ -521,12 +521,18 @@ REDLITE_MQGU_PAIRS(DEF_MQGU_PAIR)
 
 // Several tokens exactly as mq1_T computes each one alone (a verify pass):
 // the inputs quantized ahead by q16_quant (token t's units at xu + t·(n_in /
-// 32), their scales at xd + t·(n_in / 32)), up to MVN_NT tokens per staged
-// row (grid.y tiles of MVN_NT). Slot z (blockIdx.z) multiplies W +
+// 32), their scales at xd + t·(n_in / 32)), up to MQN_NT tokens per staged
+// row (grid.y tiles of MQN_NT). Slot z (blockIdx.z) multiplies W +
 // z·w_zstride into y + z·y_zstride (two matrices of one shape reading one
-// input). Any grid.x.
+// input). Any grid.x; the host sizes it to MQN_MINB blocks per
+// multiprocessor (one wave). Eight tokens a tile keep a thread's sums and
+// unit in few enough registers for MQN_MINB blocks of 4 warps to share a
+// multiprocessor (16 tokens took 116 registers: 4 blocks, and two waves).
+#ifndef MQN_NT
+#define MQN_NT 8
+#endif
 #ifndef MQN_MINB
-#define MQN_MINB 3
+#define MQN_MINB 6
 #endif
 #define DEF_MQN(T)                                                                          \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MQN_MINB)                 \
@@ -543,16 +549,16 @@ REDLITE_MQGU_PAIRS(DEF_MQGU_PAIR)
         const uint8_t* mat[1] = {W + (u64)z * w_zstride};                                   \
         RL_PDL_ENTER();                                                                     \
         if (MQ_TAB_ON(T)) __syncthreads();                                                  \
-        int t0 = blockIdx.y * MVN_NT;                                                       \
-        int nt = min(MVN_NT, n_tok - t0);                                                   \
+        int t0 = blockIdx.y * MQN_NT;                                                       \
+        int nt = min(MQN_NT, n_tok - t0);                                                   \
         const u64 xs = (u64)(n_in / 32);                                                    \
         float* yz = y + (u64)z * y_zstride + (u64)t0 * ldy;                                 \
         const MqGeo geo = mq_geo(n_in, row_bytes, QK_##T, BS_##T, 1);                       \
-        mq_stream_##T<MVN_NT, 1, 1>(geo, mat, r0, r1, xu + (u64)t0 * xs,                    \
+        mq_stream_##T<MQN_NT, 1, 1>(geo, mat, r0, r1, xu + (u64)t0 * xs,                    \
                                     xd + (u64)t0 * xs, xs, nt, smem[warp], lane, 0, 0, 0,   \
                                     MQ_TAB_ON(T) ? qtab : nullptr,                          \
                                     [&](int r, const float* a, const float*) {              \
-                                        _Pragma("unroll") for (int t = 0; t < MVN_NT; t++)  \
+                                        _Pragma("unroll") for (int t = 0; t < MQN_NT; t++)  \
                                             if (t < nt) yz[(u64)t * ldy + r] = a[t];        \
                                     });                                                     \
     }

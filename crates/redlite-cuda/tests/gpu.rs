@@ -714,7 +714,8 @@ fn q16_products_match_the_quantized_reference() {
                 gpu.memset0(yb.ptr, yb.bytes).expect("memset");
                 gpu.launch(
                     &format!("mqn_{sfx}"),
-                    (11, 1, 1),
+                    // Tiles of 8 tokens (MQN_NT): 16 tokens take two.
+                    (11, nt.div_ceil(8) as u32, 1),
                     128,
                     0,
                     &[

@@ -133,6 +133,12 @@ const MVN_NT: usize = 16;
 /// Blocks per multiprocessor the streaming integer kernels are sized for
 /// (`MV1_MINB` in `products.cuh`: what fits one at once).
 const MQ_BLOCKS_PER_SM: usize = 8;
+/// Tokens per tile of the several-token integer kernels (`MQN_NT` in
+/// `q16_products.cuh`).
+const MQN_NT: usize = 8;
+/// Blocks of `mqn` a multiprocessor holds (`MQN_MINB`): its grid is one
+/// wave of them.
+const MQN_BLOCKS_PER_SM: usize = 6;
 
 fn merr(e: CudaError) -> ModelError {
     ModelError::Backend(e.to_string())

@@ -406,6 +406,14 @@ impl CudaModel {
         n_out.div_ceil(4).min(fill).max(1) as u32
     }
 
+    /// Blocks per slot of `mqn` over `n_out` rows and `slots` slots (token
+    /// tiles counted as slots): enough for every warp a row, at most one
+    /// wave of the blocks a multiprocessor holds (`MQN_BLOCKS_PER_SM`).
+    pub(super) fn mqn_blocks(&self, n_out: usize, slots: usize) -> u32 {
+        let fill = (self.gpu.sm_count * MQN_BLOCKS_PER_SM).div_ceil(slots.max(1));
+        n_out.div_ceil(4).min(fill).max(1) as u32
+    }
+
     /// A verify pass's product on 16-bit activations: the tokens' inputs
     /// quantized into the model's `q16_units` / `q16_scales` (`q16_quant`,
     /// the quantizer `mq1` runs per block), then `mqn` over them; `a` has no
@@ -436,8 +444,8 @@ impl CudaModel {
         self.gpu.launch_f(
             f,
             (
-                self.mq_blocks(a.n_out, a.slots * a.n_tok.div_ceil(MVN_NT)),
-                a.n_tok.div_ceil(MVN_NT) as u32,
+                self.mqn_blocks(a.n_out, a.slots * a.n_tok.div_ceil(MQN_NT)),
+                a.n_tok.div_ceil(MQN_NT) as u32,
                 a.slots as u32,
             ),
             128,
