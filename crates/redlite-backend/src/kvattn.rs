@@ -28,14 +28,16 @@
 
 use rayon::prelude::*;
 
+use crate::aligned::LineBuf;
 use crate::kvtype::{decode, decode_scalar, KvRows};
 use crate::simd::{axpy_rows, dot_scalar, scores_group, softmax_step};
 use crate::{AttnShape, KvBlocks};
 
 /// Positions of one decode task (a multiple of [`KB`]).
 pub const DECODE_SPLIT: usize = 2048;
-/// Keys per online-softmax step (the CPU attention's key chunk).
-const KB: usize = 256;
+/// Keys per online-softmax step (the CPU attention's key chunk, decode and
+/// prefill).
+pub(crate) const KB: usize = 256;
 /// Rows converted (or rows whose scales are gathered) at a time.
 const SUB: usize = 32;
 
@@ -84,6 +86,93 @@ pub(crate) fn attn_decode(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut
     for (kvh, ps) in parts.iter().enumerate() {
         combine(ps, g, hd, &mut out[kvh * g * hd..(kvh + 1) * g * hd]);
     }
+}
+
+/// Causal attention of the query heads sharing KV head `kvh` for query
+/// tokens `t0..t1` (prefill): each query is a decode step over the keys it
+/// sees, with the kernels above (rows read in their stored type, each row
+/// once for the group's heads), chunk by chunk of [`KB`] keys, so a chunk's
+/// rows are read from memory once and then from cache for every later
+/// query of the block. Online softmax per head and query as in decode
+/// (max-subtraction, f64 sums). Returns `[group, t1 − t0, head_dim]`.
+pub(crate) fn attn_prefill(
+    s: &AttnShape,
+    q: &[f32],
+    kv: &KvBlocks<'_>,
+    kvh: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
+    let hd = s.head_dim;
+    let g = s.n_head / s.n_head_kv;
+    let gh = g * hd;
+    let nq = t1 - t0;
+    let stride = s.n_head_kv * hd;
+    // The group's scaled queries, `[nq][g · hd]`, on cache lines.
+    let mut qs = LineBuf::zeroed(nq * gh);
+    for (qi, r) in qs.chunks_exact_mut(gh.max(1)).enumerate() {
+        let at = ((t0 + qi) * s.n_head + kvh * g) * hd;
+        r.iter_mut()
+            .zip(&q[at..at + gh])
+            .for_each(|(a, &b)| *a = b * s.scale);
+    }
+    // Unnormalised outputs `[nq][g][hd]`, running maxima and sums `[nq][g]`.
+    let mut o = vec![0f32; nq * gh];
+    let mut mx = vec![f32::NEG_INFINITY; nq * g];
+    let mut sum = vec![0f64; nq * g];
+    let mut scores = vec![0f32; g * KB];
+    let mut buf = Vec::new();
+    let n_keys = s.pos0 + t1; // keys visible to the last query
+    let mut k0 = 0;
+    while k0 < n_keys {
+        let (b, off, k1) = kv.locate(k0, KB, n_keys);
+        let base = off * stride + kvh * hd;
+        for qi in 0..nq {
+            // Keys `k0..last` of this chunk are visible to query `t0 + qi`.
+            let last = (s.pos0 + t0 + qi + 1).min(k1);
+            if last <= k0 {
+                continue;
+            }
+            let nk = last - k0;
+            let qrow = &qs[qi * gh..(qi + 1) * gh];
+            scores_kv(
+                qrow,
+                hd,
+                1,
+                kv.k[b],
+                base,
+                stride,
+                nk,
+                &mut scores,
+                KB,
+                &mut buf,
+            );
+            for h in 0..g {
+                let i = qi * g + h;
+                softmax_step(
+                    &mut scores[h * KB..h * KB + nk],
+                    &mut mx[i],
+                    &mut sum[i],
+                    &mut o[i * hd..(i + 1) * hd],
+                );
+            }
+            let oq = &mut o[qi * gh..(qi + 1) * gh];
+            pv_kv(oq, hd, 1, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
+        }
+        k0 = k1;
+    }
+    let mut out = vec![0f32; nq * gh];
+    for qi in 0..nq {
+        for h in 0..g {
+            let i = qi * g + h;
+            let inv = (1.0 / sum[i]) as f32;
+            out[(h * nq + qi) * hd..(h * nq + qi + 1) * hd]
+                .iter_mut()
+                .zip(&o[i * hd..(i + 1) * hd])
+                .for_each(|(d, &x)| *d = x * inv);
+        }
+    }
+    out
 }
 
 /// The partials of one KV head, in position order, into normalised
@@ -141,10 +230,8 @@ fn decode_range(
     let mut sum = vec![0f64; heads];
     let mut scores = vec![0f32; heads * KB];
     let mut buf = Vec::new();
-    let qs: Vec<f32> = q[kvh0 * g * hd..(kvh0 + groups) * g * hd]
-        .iter()
-        .map(|x| x * s.scale)
-        .collect();
+    // On a cache line: the score kernel rereads these rows for every key.
+    let qs = LineBuf::from_map(&q[kvh0 * g * hd..(kvh0 + groups) * g * hd], |x| x * s.scale);
     let mut k0 = start;
     while k0 < end {
         let (b, off, k1) = kv.locate(k0, KB, end);
