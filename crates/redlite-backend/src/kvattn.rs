@@ -24,7 +24,7 @@
 //! step will need are prefetched a few steps ahead, spread over the step's
 //! work.
 //!
-//! Prefill ([`attn_prefill`]) runs each query of a block of tokens as a
+//! Prefill (`attn_prefill`) runs each query of a block of tokens as a
 //! decode step over the keys it sees, chunk by chunk, so a chunk's rows
 //! come from memory once and from cache for the block's other queries. Each output takes the same operations in the same
 //! order as on the row widened to f32 beforehand, so a stored type gives
