@@ -10,9 +10,8 @@ use rayon::ThreadPool;
 
 use redlite_quant::q16::{Q16Act, Q16Kernels, Q16Ref};
 
-use crate::kvtype::decode;
-use crate::simd::{axpy, axpy_rows, dot, dot4, scores_t, softmax_step};
-use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, KvRows, MatJob, QMat, DELTA_CHUNK};
+use crate::simd::{axpy, dot, dot4};
+use crate::{AttnShape, Backend, DeltaInputs, KvBlocks, MatJob, QMat, DELTA_CHUNK};
 
 /// Rows of a weight tile dequantized at once in the batched product.
 const ROW_TILE: usize = 16;
@@ -20,9 +19,9 @@ const ROW_TILE: usize = 16;
 const TOK_TILE: usize = 64;
 /// Below this many tokens the batched product uses the fused dot kernels.
 const SMALL_BATCH: usize = 4;
-/// Query and key block sizes of the attention kernel.
+/// Query tokens per prefill attention task (each task reads the keys and
+/// values of its KV head once from memory for all of them).
 const ATT_QB: usize = 32;
-const ATT_KB: usize = 256;
 
 /// How the CPU backend feeds activations to the quantized matrix products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -813,112 +812,6 @@ pub(crate) fn delta_all_heads(
     }
 }
 
-/// Room for one chunk of one head's rows as f32, when the table is stored
-/// in a narrower type (f32 is read in place: no buffer).
-fn chunk_buf(t: &[KvRows<'_>], hd: usize) -> Vec<f32> {
-    match t.first() {
-        Some(KvRows::F32(_)) | None => Vec::new(),
-        Some(_) => vec![0f32; ATT_KB * hd],
-    }
-}
-
-/// Rows `j < nk` of one KV head, row `j` starting at value `base + j ·
-/// stride` of a block, as f32 with their stride: f32 in place, any other
-/// type converted into `buf` (one chunk at a time: the cache is never
-/// widened as a whole).
-#[inline]
-fn kv_chunk<'a>(
-    src: KvRows<'a>,
-    base: usize,
-    stride: usize,
-    nk: usize,
-    hd: usize,
-    buf: &'a mut Vec<f32>,
-) -> (&'a [f32], usize) {
-    match src {
-        KvRows::F32(x) => (&x[base..], stride),
-        _ => {
-            if buf.len() < nk * hd {
-                buf.resize(nk * hd, 0.0);
-            }
-            for (j, r) in buf[..nk * hd].chunks_exact_mut(hd).enumerate() {
-                decode(src, base + j * stride, r);
-            }
-            (&buf[..nk * hd], hd)
-        }
-    }
-}
-
-/// Causal attention of the query heads sharing KV head `kvh` over query
-/// tokens `t0..t1`; returns `[group, (t1 - t0), head_dim]`. Online softmax
-/// over key blocks: scores of a key block against a transposed copy of it,
-/// exp with max-subtraction, f64 sums. Each key block is converted and
-/// transposed once for the whole group (and each value block converted
-/// once); every head's sums take the same operations as for one head alone.
-fn attn_block(
-    s: &AttnShape,
-    q: &[f32],
-    kv: &KvBlocks<'_>,
-    kvh: usize,
-    t0: usize,
-    t1: usize,
-) -> Vec<f32> {
-    let hd = s.head_dim;
-    let g = s.n_head / s.n_head_kv;
-    let nq = t1 - t0;
-    let mut out = vec![0f32; g * nq * hd];
-    let mut mx = vec![f32::NEG_INFINITY; g * nq];
-    let mut sum = vec![0f64; g * nq];
-    let mut scores = vec![0f32; ATT_KB];
-    let mut kt = vec![0f32; hd * ATT_KB];
-    let mut qs = vec![0f32; hd];
-    let (mut kbuf, mut vbuf) = (chunk_buf(kv.k, hd), chunk_buf(kv.v, hd));
-    let n_keys = s.pos0 + t1; // keys visible to the last query
-    let mut k0 = 0;
-    while k0 < n_keys {
-        // A chunk never crosses a block: with blocks a multiple of
-        // ATT_KB long the chunks (and so the sums) are those of one
-        // contiguous cache.
-        let (b, off, k1) = kv.locate(k0, ATT_KB, n_keys);
-        let stride = s.n_head_kv * hd;
-        let base = (off * s.n_head_kv + kvh) * hd;
-        let nk = k1 - k0;
-        let (kr, ks) = kv_chunk(kv.k[b], base, stride, nk, hd, &mut kbuf);
-        for j in 0..nk {
-            for (d, &x) in kr[j * ks..j * ks + hd].iter().enumerate() {
-                kt[d * nk + j] = x;
-            }
-        }
-        let (vr, vs) = kv_chunk(kv.v[b], base, stride, nk, hd, &mut vbuf);
-        for hg in 0..g {
-            let h = kvh * g + hg;
-            for qi in 0..nq {
-                let t = t0 + qi;
-                let last = (s.pos0 + t + 1).min(k1); // exclusive
-                if last <= k0 {
-                    continue;
-                }
-                let valid = last - k0;
-                let i = hg * nq + qi;
-                qs.iter_mut()
-                    .zip(&q[(t * s.n_head + h) * hd..(t * s.n_head + h + 1) * hd])
-                    .for_each(|(a, b)| *a = b * s.scale);
-                scores_t(&qs, &kt[..hd * nk], nk, &mut scores);
-                let sc = &mut scores[..valid];
-                let o = &mut out[i * hd..(i + 1) * hd];
-                softmax_step(sc, &mut mx[i], &mut sum[i], o);
-                axpy_rows(o, sc, vr, vs);
-            }
-        }
-        k0 = k1;
-    }
-    for i in 0..g * nq {
-        let inv = (1.0 / sum[i]) as f32;
-        out[i * hd..(i + 1) * hd].iter_mut().for_each(|x| *x *= inv);
-    }
-    out
-}
-
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         let act = match self.act {
@@ -1169,7 +1062,7 @@ impl Backend for CpuBackend {
             jobs.par_iter()
                 .map(|&(kvh, b)| {
                     let t0 = b * ATT_QB;
-                    attn_block(s, q, kv, kvh, t0, (t0 + ATT_QB).min(t))
+                    crate::kvattn::attn_prefill(s, q, kv, kvh, t0, (t0 + ATT_QB).min(t))
                 })
                 .collect()
         });
@@ -1187,6 +1080,8 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kvtype::decode;
+    use crate::KvRows;
     use redlite_gguf::GgmlType;
 
     /// The options reach the backend; a SIMD limit at the level in use is
@@ -1755,7 +1650,7 @@ mod tests {
             let table = kv_table(&k, &v, nkv * hd, bt);
             let mut out = vec![0f32; t * nh * hd];
             be.attention(&s, &q, &table.view(), &mut out);
-            if bt % ATT_KB == 0 {
+            if bt % crate::kvattn::KB == 0 {
                 assert_eq!(out, contiguous, "blocks of {bt}");
             }
             check_attention(&out, &q, &k, &v, (nh, nkv, hd), (pos0, 0.25), bt);
@@ -1798,7 +1693,7 @@ mod tests {
         let be = backend();
         let (nh, nkv, hd) = (16, 2, 64);
         let row = nkv * hd;
-        for (pos0, t) in [(2 * ATT_KB + 37, 1), (300, 70)] {
+        for (pos0, t) in [(2 * crate::kvattn::KB + 37, 1), (300, 70)] {
             let mut r = Rng(23 + t as u64);
             let q = r.vec(t * nh * hd);
             let k: Vec<f32> = r.vec((pos0 + t) * row).iter().map(|x| 3.0 * x).collect();
@@ -1922,7 +1817,7 @@ mod tests {
         let be = backend();
         // 16:2 as Qwen3-Coder-Next: groups of 8 take the SIMD score kernel.
         let (nh, nkv, hd) = (16, 2, 32);
-        let pos0 = 2 * ATT_KB + 37;
+        let pos0 = 2 * crate::kvattn::KB + 37;
         let mut r = Rng(17);
         let q = r.vec(nh * hd);
         let k: Vec<f32> = r
@@ -1946,7 +1841,7 @@ mod tests {
             let table = kv_table(&k, &v, nkv * hd, bt);
             let mut blocked = vec![0f32; nh * hd];
             be.attention(&s, &q, &table.view(), &mut blocked);
-            if bt % ATT_KB == 0 {
+            if bt % crate::kvattn::KB == 0 {
                 assert_eq!(blocked, out, "blocks of {bt}");
             }
             check_attention(&blocked, &q, &k, &v, (nh, nkv, hd), (pos0, 0.2), bt);
@@ -1954,7 +1849,7 @@ mod tests {
         for h in 0..nh {
             let kv = h / (nh / nkv);
             let g = nh / nkv;
-            let group = attn_block(&s, &q, &whole.view(), kv, 0, 1);
+            let group = crate::kvattn::attn_prefill(&s, &q, &whole.view(), kv, 0, 1);
             let general = &group[(h % g) * hd..(h % g + 1) * hd];
             let qv = &q[h * hd..][..hd];
             let want = naive_attention(qv, &k, &v, nkv, kv, pos0 + 1, 0.2);

@@ -16,10 +16,17 @@
 //! heads that share it: [`scores_kv`] converts 32 values of a key row in
 //! registers (F16C for f16, integer widening times the block scale for
 //! q8_0 and q4_0) and multiplies them into eight heads' accumulators;
-//! [`pv_kv`] does the same for values (four heads × 16 values a step for
-//! the 16- and 32-bit types, so a broadcast weight feeds two products).
-//! The rows a step will need are prefetched a few steps ahead, spread over
-//! the step's work. Each output takes the same operations in the same
+//! [`pv_kv`] does the same for values (for the 16- and 32-bit types, tiles
+//! of six heads × 16 values and two heads × 32: twelve or eight independent
+//! accumulator chains, and a broadcast weight feeds two or four products).
+//! The query rows sit on cache lines ([`LineBuf`]: a row 16 bytes off makes
+//! every other 32-byte load straddle two lines, a third slower). The rows a
+//! step will need are prefetched a few steps ahead, spread over the step's
+//! work.
+//!
+//! Prefill (`attn_prefill`) runs each query of a block of tokens as a
+//! decode step over the keys it sees, chunk by chunk, so a chunk's rows
+//! come from memory once and from cache for the block's other queries. Each output takes the same operations in the same
 //! order as on the row widened to f32 beforehand, so a stored type gives
 //! bit for bit the result of its values in f32. Shapes the fused kernels do
 //! not take (groups not a multiple of 8 heads, head sizes not a multiple of
@@ -28,14 +35,16 @@
 
 use rayon::prelude::*;
 
+use crate::aligned::LineBuf;
 use crate::kvtype::{decode, decode_scalar, KvRows};
 use crate::simd::{axpy_rows, dot_scalar, scores_group, softmax_step};
 use crate::{AttnShape, KvBlocks};
 
 /// Positions of one decode task (a multiple of [`KB`]).
 pub const DECODE_SPLIT: usize = 2048;
-/// Keys per online-softmax step (the CPU attention's key chunk).
-const KB: usize = 256;
+/// Keys per online-softmax step (the CPU attention's key chunk, decode and
+/// prefill).
+pub(crate) const KB: usize = 256;
 /// Rows converted (or rows whose scales are gathered) at a time.
 const SUB: usize = 32;
 
@@ -84,6 +93,93 @@ pub(crate) fn attn_decode(s: &AttnShape, q: &[f32], kv: &KvBlocks<'_>, out: &mut
     for (kvh, ps) in parts.iter().enumerate() {
         combine(ps, g, hd, &mut out[kvh * g * hd..(kvh + 1) * g * hd]);
     }
+}
+
+/// Causal attention of the query heads sharing KV head `kvh` for query
+/// tokens `t0..t1` (prefill): each query is a decode step over the keys it
+/// sees, with the kernels above (rows read in their stored type, each row
+/// once for the group's heads), chunk by chunk of [`KB`] keys, so a chunk's
+/// rows are read from memory once and then from cache for every later
+/// query of the block. Online softmax per head and query as in decode
+/// (max-subtraction, f64 sums). Returns `[group, t1 − t0, head_dim]`.
+pub(crate) fn attn_prefill(
+    s: &AttnShape,
+    q: &[f32],
+    kv: &KvBlocks<'_>,
+    kvh: usize,
+    t0: usize,
+    t1: usize,
+) -> Vec<f32> {
+    let hd = s.head_dim;
+    let g = s.n_head / s.n_head_kv;
+    let gh = g * hd;
+    let nq = t1 - t0;
+    let stride = s.n_head_kv * hd;
+    // The group's scaled queries, `[nq][g · hd]`, on cache lines.
+    let mut qs = LineBuf::zeroed(nq * gh);
+    for (qi, r) in qs.chunks_exact_mut(gh.max(1)).enumerate() {
+        let at = ((t0 + qi) * s.n_head + kvh * g) * hd;
+        r.iter_mut()
+            .zip(&q[at..at + gh])
+            .for_each(|(a, &b)| *a = b * s.scale);
+    }
+    // Unnormalised outputs `[nq][g][hd]`, running maxima and sums `[nq][g]`.
+    let mut o = vec![0f32; nq * gh];
+    let mut mx = vec![f32::NEG_INFINITY; nq * g];
+    let mut sum = vec![0f64; nq * g];
+    let mut scores = vec![0f32; g * KB];
+    let mut buf = Vec::new();
+    let n_keys = s.pos0 + t1; // keys visible to the last query
+    let mut k0 = 0;
+    while k0 < n_keys {
+        let (b, off, k1) = kv.locate(k0, KB, n_keys);
+        let base = off * stride + kvh * hd;
+        for qi in 0..nq {
+            // Keys `k0..last` of this chunk are visible to query `t0 + qi`.
+            let last = (s.pos0 + t0 + qi + 1).min(k1);
+            if last <= k0 {
+                continue;
+            }
+            let nk = last - k0;
+            let qrow = &qs[qi * gh..(qi + 1) * gh];
+            scores_kv(
+                qrow,
+                hd,
+                1,
+                kv.k[b],
+                base,
+                stride,
+                nk,
+                &mut scores,
+                KB,
+                &mut buf,
+            );
+            for h in 0..g {
+                let i = qi * g + h;
+                softmax_step(
+                    &mut scores[h * KB..h * KB + nk],
+                    &mut mx[i],
+                    &mut sum[i],
+                    &mut o[i * hd..(i + 1) * hd],
+                );
+            }
+            let oq = &mut o[qi * gh..(qi + 1) * gh];
+            pv_kv(oq, hd, 1, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
+        }
+        k0 = k1;
+    }
+    let mut out = vec![0f32; nq * gh];
+    for qi in 0..nq {
+        for h in 0..g {
+            let i = qi * g + h;
+            let inv = (1.0 / sum[i]) as f32;
+            out[(h * nq + qi) * hd..(h * nq + qi + 1) * hd]
+                .iter_mut()
+                .zip(&o[i * hd..(i + 1) * hd])
+                .for_each(|(d, &x)| *d = x * inv);
+        }
+    }
+    out
 }
 
 /// The partials of one KV head, in position order, into normalised
@@ -141,10 +237,8 @@ fn decode_range(
     let mut sum = vec![0f64; heads];
     let mut scores = vec![0f32; heads * KB];
     let mut buf = Vec::new();
-    let qs: Vec<f32> = q[kvh0 * g * hd..(kvh0 + groups) * g * hd]
-        .iter()
-        .map(|x| x * s.scale)
-        .collect();
+    // On a cache line: the score kernel rereads these rows for every key.
+    let qs = LineBuf::from_map(&q[kvh0 * g * hd..(kvh0 + groups) * g * hd], |x| x * s.scale);
     let mut k0 = start;
     while k0 < end {
         let (b, off, k1) = kv.locate(k0, KB, end);
@@ -769,56 +863,78 @@ mod x86 {
         }
     }
 
+    /// One tile of [`pv8_body_wide`]: heads `hh .. hh + H` of group `k`
+    /// × `8 · W` values from `e`, over rows `j0 .. j0 + m`; the tile's
+    /// accumulators stay in registers while the rows stream past, each
+    /// output taking `fma(p, v, o)` row by row in order.
+    macro_rules! pv_tile {
+        ($H:literal, $W:literal, $po:expr, $pp:expr, $hd:expr, $pstride:expr, $k:expr, $hh:expr, $e:expr, $j0:expr, $m:expr, $load8:expr) => {{
+            let d = $k * $hd + $e;
+            let oh = ($k * 8 + $hh) * $hd + $e;
+            let ph = ($k * 8 + $hh) * $pstride;
+            let mut acc = [[_mm256_setzero_ps(); $W]; $H];
+            for (h, a) in acc.iter_mut().enumerate() {
+                for (i, x) in a.iter_mut().enumerate() {
+                    *x = _mm256_loadu_ps($po.add(oh + h * $hd + 8 * i));
+                }
+            }
+            for j in $j0..$j0 + $m {
+                let mut v = [_mm256_setzero_ps(); $W];
+                for (i, x) in v.iter_mut().enumerate() {
+                    *x = $load8(j, d + 8 * i);
+                }
+                for (h, a) in acc.iter_mut().enumerate() {
+                    let s = _mm256_broadcast_ss(&*$pp.add(ph + h * $pstride + j));
+                    for (x, &vi) in a.iter_mut().zip(&v) {
+                        *x = _mm256_fmadd_ps(s, vi, *x);
+                    }
+                }
+            }
+            for (h, a) in acc.iter().enumerate() {
+                for (i, x) in a.iter().enumerate() {
+                    _mm256_storeu_ps($po.add(oh + h * $hd + 8 * i), *x);
+                }
+            }
+        }};
+    }
+
     /// [`pv8_body`] for rows whose values load in one instruction (f32,
-    /// f16, bf16): four heads × 16 values (8 accumulators) at a time, so
-    /// each weight broadcast feeds two products instead of one. Each output
-    /// still takes `fma(p, v, o)` row by row in order: the same bits.
+    /// f16, bf16): per group, heads 0–5 × 16 values (12 accumulators) and
+    /// heads 6–7 × 32 values (8), so the products have more independent
+    /// chains than the multiply's latency × throughput (8) and a broadcast
+    /// weight feeds two or four products. Each output still takes
+    /// `fma(p, v, o)` row by row in order: the same bits.
     macro_rules! pv8_body_wide {
         ($o:expr, $hd:expr, $groups:expr, $p:expr, $pstride:expr, $n:expr, $ahead:expr, $bytes:expr, $load8:expr) => {{
             let (po, pp) = ($o.as_mut_ptr(), $p.as_ptr());
-            // Steps of a run: per group, hd / 16 runs of values for each
-            // half of the eight heads; rows of the next run are prefetched
-            // `per` at a step.
-            let steps = $groups * $hd / 16 * 2;
+            // Tiles of a run: per group, hd / 16 of the first kind and hd /
+            // 32 of the second; rows of the next run are prefetched `per`
+            // a tile.
+            let steps = $groups * ($hd / 16 + $hd / 32);
             let per = SUB.div_ceil(steps);
             let mut j0 = 0;
             while j0 < $n {
                 let m = SUB.min($n - j0);
                 let next = SUB.min($n - j0 - m);
                 let mut t = 0;
+                let ahead = |t: &mut usize| {
+                    for j in j0 + *t * per..(j0 + (*t + 1) * per).min(j0 + next) {
+                        prefetch($ahead(j).cast::<i8>(), 0, $bytes);
+                    }
+                    *t += 1;
+                };
                 for k in 0..$groups {
                     let mut e = 0;
                     while e < $hd {
-                        let d = k * $hd + e;
-                        for hh in [0, 4] {
-                            for j in j0 + t * per..(j0 + (t + 1) * per).min(j0 + next) {
-                                prefetch($ahead(j).cast::<i8>(), 0, $bytes);
-                            }
-                            t += 1;
-                            let oh = (k * 8 + hh) * $hd + e;
-                            let ph = (k * 8 + hh) * $pstride;
-                            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-                            for (h, a) in acc.iter_mut().enumerate() {
-                                for (i, x) in a.iter_mut().enumerate() {
-                                    *x = _mm256_loadu_ps(po.add(oh + h * $hd + 8 * i));
-                                }
-                            }
-                            for j in j0..j0 + m {
-                                let v: [__m256; 2] = [$load8(j, d), $load8(j, d + 8)];
-                                for (h, a) in acc.iter_mut().enumerate() {
-                                    let s = _mm256_broadcast_ss(&*pp.add(ph + h * $pstride + j));
-                                    for (x, &vi) in a.iter_mut().zip(&v) {
-                                        *x = _mm256_fmadd_ps(s, vi, *x);
-                                    }
-                                }
-                            }
-                            for (h, a) in acc.iter().enumerate() {
-                                for (i, x) in a.iter().enumerate() {
-                                    _mm256_storeu_ps(po.add(oh + h * $hd + 8 * i), *x);
-                                }
-                            }
-                        }
+                        ahead(&mut t);
+                        pv_tile!(6, 2, po, pp, $hd, $pstride, k, 0, e, j0, m, $load8);
                         e += 16;
+                    }
+                    let mut e = 0;
+                    while e < $hd {
+                        ahead(&mut t);
+                        pv_tile!(2, 4, po, pp, $hd, $pstride, k, 6, e, j0, m, $load8);
+                        e += 32;
                     }
                 }
                 j0 += m;

@@ -17,6 +17,7 @@
 use redlite_gguf::GgmlType;
 use redlite_quant::{DequantFn, DotFn};
 
+pub mod aligned;
 pub mod cpu;
 pub mod delta;
 pub mod kvattn;

@@ -68,30 +68,6 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     axpy_scalar(y, alpha, x)
 }
 
-/// Scalar reference: `s[j] = Σ_d q[d]·kt[d·n + j]` for `j < n` (`kt` is a
-/// `[q.len(), n]` transposed key block).
-pub fn scores_t_scalar(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
-    s[..n].iter_mut().for_each(|v| *v = 0.0);
-    for (d, &qd) in q.iter().enumerate() {
-        for j in 0..n {
-            s[j] += qd * kt[d * n + j];
-        }
-    }
-}
-
-/// `s[j] = Σ_d q[d]·kt[d·n + j]` for `j < n`.
-#[inline]
-pub fn scores_t(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
-    assert!(kt.len() >= q.len() * n && s.len() >= n, "scores_t: sizes");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2 and FMA were detected; sizes were checked above.
-        unsafe { x86::scores_t_avx2(q, kt, n, s) };
-        return;
-    }
-    scores_t_scalar(q, kt, n, s)
-}
-
 /// Scalar reference: four dot products of rows `w[r·n .. (r+1)·n]` with `x`.
 /// `out[h·ostride + j] = q_h · k_j` for the `g` query heads in `q`
 /// (`[g, hd]`) and `n` key rows of `hd` values at stride `stride` in `k`
@@ -257,7 +233,7 @@ pub fn exp_sub_sum_scalar(x: &mut [f32], m: f32) -> f64 {
 /// the run's weighted values to `o` afterwards.
 #[inline]
 pub fn softmax_step(sc: &mut [f32], mx: &mut f32, sum: &mut f64, o: &mut [f32]) {
-    let bmax = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let bmax = max_of(sc);
     let m_new = mx.max(bmax);
     if m_new > *mx && *mx != f32::NEG_INFINITY {
         let corr = ((*mx - m_new) as f64).exp();
@@ -266,6 +242,26 @@ pub fn softmax_step(sc: &mut [f32], mx: &mut f32, sum: &mut f64, o: &mut [f32]) 
     }
     *mx = m_new;
     *sum += exp_sub_sum(sc, m_new);
+}
+
+/// The largest value of `x` (`−∞` when empty), NaN ignored: `f32::max`
+/// folded from `−∞`. A maximum is exact in any order, so the vector kernel
+/// (32 lanes side by side instead of one chain of dependent comparisons,
+/// which cost decode attention as much as its exponentials) gives the
+/// scalar fold's value.
+#[inline]
+pub fn max_of(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 was detected on this CPU.
+        return unsafe { x86::max_of_avx2(x) };
+    }
+    max_of_scalar(x)
+}
+
+/// Scalar reference of [`max_of`].
+pub fn max_of_scalar(x: &[f32]) -> f32 {
+    x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
 /// `x[i] = exp(x[i] − m)` (for `x[i] ≤ m`); returns `Σ x[i]`.
@@ -369,44 +365,6 @@ mod x86 {
             i += 1;
         }
         s
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn scores_t_avx2(q: &[f32], kt: &[f32], n: usize, s: &mut [f32]) {
-        let (pk, ps) = (kt.as_ptr(), s.as_mut_ptr());
-        let mut j = 0;
-        // SAFETY (whole body): the caller checked kt.len() >= q.len()·n and
-        // s.len() >= n; every index below is d·n + j' with j' < n.
-        while j + 32 <= n {
-            let mut a = [_mm256_setzero_ps(); 4];
-            for (d, &qd) in q.iter().enumerate() {
-                let b = _mm256_set1_ps(qd);
-                let row = pk.add(d * n + j);
-                for (l, al) in a.iter_mut().enumerate() {
-                    *al = _mm256_fmadd_ps(b, _mm256_loadu_ps(row.add(8 * l)), *al);
-                }
-            }
-            for (l, al) in a.iter().enumerate() {
-                _mm256_storeu_ps(ps.add(j + 8 * l), *al);
-            }
-            j += 32;
-        }
-        while j + 8 <= n {
-            let mut a = _mm256_setzero_ps();
-            for (d, &qd) in q.iter().enumerate() {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(qd), _mm256_loadu_ps(pk.add(d * n + j)), a);
-            }
-            _mm256_storeu_ps(ps.add(j), a);
-            j += 8;
-        }
-        while j < n {
-            let mut a = 0f32;
-            for (d, &qd) in q.iter().enumerate() {
-                a += qd * *pk.add(d * n + j);
-            }
-            *ps.add(j) = a;
-            j += 1;
-        }
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -519,6 +477,43 @@ mod x86 {
         _mm256_mul_ps(y, _mm256_castsi256_ps(e))
     }
 
+    /// The largest value of `x`, NaN ignored (as [`super::max_of_scalar`]).
+    ///
+    /// # Safety
+    /// AVX2.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn max_of_avx2(x: &[f32]) -> f32 {
+        let (n, p) = (x.len(), x.as_ptr());
+        // `_mm256_max_ps(v, acc)` returns `acc` where `v` is NaN (its second
+        // operand), as `acc.max(v)` does; the accumulators never hold NaN.
+        let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 4];
+        let mut i = 0;
+        // SAFETY (whole body): every access is at an index < n.
+        while i + 32 <= n {
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_max_ps(_mm256_loadu_ps(p.add(i + 8 * k)), *a);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_max_ps(_mm256_loadu_ps(p.add(i)), acc[0]);
+            i += 8;
+        }
+        let m = _mm256_max_ps(_mm256_max_ps(acc[0], acc[1]), _mm256_max_ps(acc[2], acc[3]));
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let mut r = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        while i < n {
+            r = r.max(*p.add(i));
+            i += 1;
+        }
+        r
+    }
+
+    /// `x[i] = exp(x[i] − m)` and their sum, 8 at a time.
+    ///
+    /// # Safety
+    /// AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn exp_sub_sum_avx2(x: &mut [f32], m: f32) -> f64 {
         let n = x.len();
@@ -574,21 +569,7 @@ mod tests {
     }
 
     #[test]
-    fn scores_and_exp_match_scalar() {
-        for (nq, n) in [(16usize, 1usize), (64, 40), (64, 256), (8, 7)] {
-            let q = rand_vec(nq, n as u64);
-            let kt = rand_vec(nq * n, 5 + n as u64);
-            let (mut s1, mut s2) = (vec![0f32; n], vec![0f32; n]);
-            scores_t(&q, &kt, n, &mut s1);
-            scores_t_scalar(&q, &kt, n, &mut s2);
-            for (j, (a, b)) in s1.iter().zip(&s2).enumerate() {
-                let e: f64 = (0..nq).map(|d| q[d] as f64 * kt[d * n + j] as f64).sum();
-                assert!(
-                    (a - b).abs() < 1e-5 && (*a as f64 - e).abs() < 1e-5,
-                    "{a} {b} {e}"
-                );
-            }
-        }
+    fn exp_matches_scalar() {
         let xs: Vec<f32> = (0..1000).map(|i| -100.0 + i as f32 * 0.1013).collect();
         for m in [0.0f32, 1.5] {
             let (mut a, mut b) = (xs.clone(), xs.clone());
@@ -607,6 +588,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn max_of_matches_the_scalar_fold() {
+        let mut r = crate::test_util::Rng(77);
+        for n in [0usize, 1, 7, 8, 31, 32, 33, 100, 256, 1000] {
+            let mut x = r.vec(n);
+            assert_eq!(max_of(&x).to_bits(), max_of_scalar(&x).to_bits(), "n {n}");
+            // NaN anywhere is ignored; infinities count.
+            for (i, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30]
+                .into_iter()
+                .enumerate()
+            {
+                if n > 0 {
+                    x[(i * 13 + 5) % n] = v;
+                    let (a, b) = (max_of(&x), max_of_scalar(&x));
+                    assert!(a == b && !a.is_nan(), "n {n} with {v}: {a} vs {b}");
+                }
+            }
+        }
+        assert_eq!(max_of(&[f32::NAN; 40]), f32::NEG_INFINITY);
+        assert_eq!(max_of(&[-3.0, f32::NAN, -2.0]), -2.0);
+        // The largest value wherever it sits, against a sort.
+        let x = r.vec(513);
+        let mut s = x.clone();
+        s.sort_by(f32::total_cmp);
+        assert_eq!(max_of(&x), s[512]);
     }
 
     #[test]
