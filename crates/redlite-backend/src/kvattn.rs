@@ -140,31 +140,26 @@ pub(crate) fn attn_prefill(
             if last <= k0 {
                 continue;
             }
-            let nk = last - k0;
-            let qrow = &qs[qi * gh..(qi + 1) * gh];
-            scores_kv(
-                qrow,
-                hd,
-                1,
-                kv.k[b],
+            let rows = ChunkRows {
+                k: kv.k[b],
+                v: kv.v[b],
                 base,
                 stride,
-                nk,
+                n: last - k0,
+            };
+            chunk_step(
+                &qs[qi * gh..(qi + 1) * gh],
+                hd,
+                1,
+                &rows,
+                (
+                    &mut mx[qi * g..(qi + 1) * g],
+                    &mut sum[qi * g..(qi + 1) * g],
+                    &mut o[qi * gh..(qi + 1) * gh],
+                ),
                 &mut scores,
-                KB,
                 &mut buf,
             );
-            for h in 0..g {
-                let i = qi * g + h;
-                softmax_step(
-                    &mut scores[h * KB..h * KB + nk],
-                    &mut mx[i],
-                    &mut sum[i],
-                    &mut o[i * hd..(i + 1) * hd],
-                );
-            }
-            let oq = &mut o[qi * gh..(qi + 1) * gh];
-            pv_kv(oq, hd, 1, &scores, KB, kv.v[b], base, stride, nk, &mut buf);
         }
         k0 = k1;
     }
@@ -243,25 +238,21 @@ fn decode_range(
     while k0 < end {
         let (b, off, k1) = kv.locate(k0, KB, end);
         let base = off * stride + kvh0 * hd;
-        let nk = k1 - k0;
-        scores_kv(
+        let rows = ChunkRows {
+            k: kv.k[b],
+            v: kv.v[b],
+            base,
+            stride,
+            n: k1 - k0,
+        };
+        chunk_step(
             &qs,
             hd,
             groups,
-            kv.k[b],
-            base,
-            stride,
-            nk,
+            &rows,
+            (&mut mx, &mut sum, &mut o),
             &mut scores,
-            KB,
             &mut buf,
-        );
-        for h in 0..heads {
-            let sc = &mut scores[h * KB..h * KB + nk];
-            softmax_step(sc, &mut mx[h], &mut sum[h], &mut o[h * hd..(h + 1) * hd]);
-        }
-        pv_kv(
-            &mut o, hd, groups, &scores, KB, kv.v[b], base, stride, nk, &mut buf,
         );
         k0 = k1;
     }
@@ -272,6 +263,40 @@ fn decode_range(
             o: o[k * g * hd..(k + 1) * g * hd].to_vec(),
         })
         .collect()
+}
+
+/// Rows `0..n` of one chunk of keys and values: row `j`'s values `base + j
+/// · stride ..` of the block's tables.
+struct ChunkRows<'a> {
+    k: KvRows<'a>,
+    v: KvRows<'a>,
+    base: usize,
+    stride: usize,
+    n: usize,
+}
+
+/// One online-softmax step of the heads of `qs` (`groups` groups, each
+/// group's heads sharing a row) over a chunk of at most [`KB`] rows: the
+/// scores, then per head the softmax step on its running maximum, sum and
+/// unnormalised output (`state`: `[heads]`, `[heads]`, `[heads, hd]`), then
+/// the chunk's values into the outputs. Decode and prefill both take it.
+fn chunk_step(
+    qs: &[f32],
+    hd: usize,
+    groups: usize,
+    rows: &ChunkRows<'_>,
+    state: (&mut [f32], &mut [f64], &mut [f32]),
+    scores: &mut [f32],
+    buf: &mut Vec<f32>,
+) {
+    let (mx, sum, o) = state;
+    let (base, stride, nk) = (rows.base, rows.stride, rows.n);
+    scores_kv(qs, hd, groups, rows.k, base, stride, nk, scores, KB, buf);
+    for (h, (m, s)) in mx.iter_mut().zip(sum.iter_mut()).enumerate() {
+        let sc = &mut scores[h * KB..h * KB + nk];
+        softmax_step(sc, m, s, &mut o[h * hd..(h + 1) * hd]);
+    }
+    pv_kv(o, hd, groups, scores, KB, rows.v, base, stride, nk, buf);
 }
 
 /// Whether the fused kernels take these rows: groups of 8 heads, rows of
