@@ -710,6 +710,19 @@ mod x86 {
         }
     }
 
+    /// Eight 16-bit values (`__m128i`) as f32: f16 (F16C) or, where `bf`,
+    /// bf16 (the bits shifted into the high half). A macro, so the kernels'
+    /// loops keep it inline.
+    macro_rules! widen16 {
+        ($h:expr, $bf:expr) => {
+            if $bf {
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32($h), 16))
+            } else {
+                _mm256_cvtph_ps($h)
+            }
+        };
+    }
+
     /// Horizontal sum as [`crate::simd`]'s score kernel takes it.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -837,12 +850,7 @@ mod x86 {
                         let r = row(j).add(c);
                         let mut v = [_mm256_setzero_ps(); 4];
                         for (k, vk) in v.iter_mut().enumerate() {
-                            let h = _mm_loadu_si128(r.add(8 * k) as *const __m128i);
-                            *vk = if bf {
-                                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                            } else {
-                                _mm256_cvtph_ps(h)
-                            };
+                            *vk = widen16!(_mm_loadu_si128(r.add(8 * k) as *const __m128i), bf);
                         }
                         v
                     };
@@ -1071,20 +1079,12 @@ mod x86 {
                     let load = |j: usize, d: usize| _mm256_loadu_ps(r.add(j * stride + d));
                     pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 4, load)
                 }
-                KvRows::F16(x) => {
+                KvRows::F16(x) | KvRows::Bf16(x) => {
+                    let bf = matches!(src, KvRows::Bf16(_));
                     let r = x.as_ptr().add(base);
                     let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
                     let load = |j: usize, d: usize| {
-                        _mm256_cvtph_ps(_mm_loadu_si128(r.add(j * stride + d) as *const __m128i))
-                    };
-                    pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 2, load)
-                }
-                KvRows::Bf16(x) => {
-                    let r = x.as_ptr().add(base);
-                    let ahead = |j: usize| r.wrapping_add((j + SUB) * stride);
-                    let load = |j: usize, d: usize| {
-                        let h = _mm_loadu_si128(r.add(j * stride + d) as *const __m128i);
-                        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                        widen16!(_mm_loadu_si128(r.add(j * stride + d) as *const __m128i), bf)
                     };
                     pv8_body_wide!(o, hd, groups, p, pstride, n, ahead, groups * hd * 2, load)
                 }
