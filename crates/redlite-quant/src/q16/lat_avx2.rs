@@ -178,6 +178,24 @@ mod x86 {
         }
     }
 
+    /// The end of one group of 16 values in both fused dots: the weights
+    /// `v` times the group's odd scale (byte `m` of `scb`, through the
+    /// `vpshufb` pattern `sp`, stepped to the next group), one `vpmaddwd`
+    /// against activations `16 · m ..` of `xq`, added into the even (`is0`)
+    /// or odd (`is1`) group chain.
+    macro_rules! scaled_madd {
+        ($v:expr, $m:expr, $scb:expr, $sp:ident, $one:expr, $xq:expr, $is0:ident, $is1:ident) => {{
+            let w = _mm256_mullo_epi16($v, _mm256_shuffle_epi8($scb, $sp));
+            $sp = _mm256_add_epi16($sp, $one);
+            let p = _mm256_madd_epi16(w, _mm256_loadu_si256($xq.add(16 * $m).cast()));
+            if $m.is_multiple_of(2) {
+                $is0 = _mm256_add_epi32($is0, p);
+            } else {
+                $is1 = _mm256_add_epi32($is1, p);
+            }
+        }};
+    }
+
     /// IQ2_XS against one token's activations, the unpack fused in (see
     /// the module's notes).
     ///
@@ -231,14 +249,7 @@ mod x86 {
                     let gv = rows(g, opaque((q2 << 4) & 0x1ff0), opaque((q2 >> 12) & 0x1ff0));
                     let sv = rows(sg, opaque((q2 >> 5) & 0x7f0), opaque((q2 >> 21) & 0x7f0));
                     let v = _mm256_sign_epi16(gv, sv);
-                    let w = _mm256_mullo_epi16(v, _mm256_shuffle_epi8(scb, sp));
-                    sp = _mm256_add_epi16(sp, one);
-                    let p = _mm256_madd_epi16(w, _mm256_loadu_si256(xq.add(16 * m).cast()));
-                    if m.is_multiple_of(2) {
-                        is0 = _mm256_add_epi32(is0, p);
-                    } else {
-                        is1 = _mm256_add_epi32(is1, p);
-                    }
+                    scaled_madd!(v, m, scb, sp, one, xq, is0, is1);
                 });
                 acc = tail(is0, is1, d, *x.d.get_unchecked(bi), acc);
             }
@@ -318,15 +329,7 @@ mod x86 {
                 let mut is1 = _mm256_setzero_si256();
                 unroll16!(|m: usize| {
                     let v = _mm_set_epi64x(row(2 * m + 1), row(2 * m));
-                    let w =
-                        _mm256_mullo_epi16(_mm256_cvtepi8_epi16(v), _mm256_shuffle_epi8(scb, sp));
-                    sp = _mm256_add_epi16(sp, one);
-                    let p = _mm256_madd_epi16(w, _mm256_loadu_si256(xq.add(16 * m).cast()));
-                    if m.is_multiple_of(2) {
-                        is0 = _mm256_add_epi32(is0, p);
-                    } else {
-                        is1 = _mm256_add_epi32(is1, p);
-                    }
+                    scaled_madd!(_mm256_cvtepi8_epi16(v), m, scb, sp, one, xq, is0, is1);
                 });
                 acc = tail(is0, is1, d, *x.d.get_unchecked(bi), acc);
             }
