@@ -455,13 +455,7 @@ mod tests {
         // IQ1_M: 4096 blocks, entry k of block n takes key (n + 129k) % 4096.
         let mut data = vec![0u8; 56 * 4096];
         for (n, blk) in data.chunks_exact_mut(56).enumerate() {
-            for k in 0..32 {
-                let key = (n + 129 * k) % 4096;
-                blk[k] = key as u8;
-                let nib = (key >> 8) as u8;
-                let sh = 4 * (k % 2);
-                blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
-            }
+            crate::q16::tests::iq1m_keys(blk, n);
             // Scales: every value in every group over the blocks; the f16
             // scale's nibbles (top of each word) a moderate value.
             let mut w = 0u64;

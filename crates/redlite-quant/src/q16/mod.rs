@@ -1006,6 +1006,20 @@ mod simd_k;
 mod tests {
     use super::*;
 
+    /// IQ1_M block `n` of a set that gives every 12-bit grid key (11-bit
+    /// index and the delta's sign) in every one of the 32 positions over
+    /// 4096 blocks: entry `k` takes key `(n + 129k) mod 4096` (the low
+    /// bytes in `blk[0..32]`, the high nibbles in `blk[32..48]`).
+    pub(super) fn iq1m_keys(blk: &mut [u8], n: usize) {
+        for k in 0..32 {
+            let key = (n + 129 * k) % 4096;
+            blk[k] = key as u8;
+            let nib = (key >> 8) as u8;
+            let sh = 4 * (k % 2);
+            blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
+        }
+    }
+
     pub(super) fn rng(seed: u64) -> impl FnMut() -> u64 {
         let mut s = seed
             .wrapping_mul(6364136223846793005)

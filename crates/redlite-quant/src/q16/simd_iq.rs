@@ -875,13 +875,7 @@ mod tests {
         }
         let mut blk = [0u8; 56];
         for n in 0..4096 {
-            for k in 0..32 {
-                let key = (n + 129 * k) % 4096;
-                blk[k] = key as u8;
-                let nib = (key >> 8) as u8;
-                let sh = 4 * (k % 2);
-                blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
-            }
+            crate::q16::tests::iq1m_keys(&mut blk, n);
             blk[48..56].copy_from_slice(&next().to_le_bytes());
             cmp(&blk, true);
         }
@@ -895,14 +889,7 @@ mod tests {
         let mut blk = [0u8; 56];
         let mut r = 0x2545f4914f6cdd1du64;
         for n in 0..4096 {
-            for k in 0..32 {
-                // 12-bit key: 11-bit index and the delta sign.
-                let key = (n + 129 * k) % 4096;
-                blk[k] = key as u8;
-                let nib = (key >> 8) as u8;
-                let sh = 4 * (k % 2);
-                blk[32 + k / 2] = (blk[32 + k / 2] & !(0x0f << sh)) | (nib << sh);
-            }
+            crate::q16::tests::iq1m_keys(&mut blk, n);
             r ^= r << 13;
             r ^= r >> 7;
             r ^= r << 17;
