@@ -15,6 +15,7 @@ mod cmd_setup_pi;
 mod cmd_synth;
 mod cmd_tokenize;
 mod cuda_env;
+mod heap;
 mod load;
 
 #[derive(Parser)]
@@ -69,6 +70,7 @@ fn llama_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::
 }
 
 fn main() {
+    heap::tune();
     let cli = Cli::parse_from(llama_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Inspect(a) => cmd_inspect::run(a),
