@@ -876,8 +876,9 @@ fn lattice_dot(ty: GgmlType, level: Q16Level) -> Option<DotQ16Fn> {
     None
 }
 
-/// The one-token dot of IQ1_M and IQ2_XS at the AVX2 level: the unpack
-/// fused into the product ([`lat_avx2`]; the generic driver's bits).
+/// The one-token dot of IQ1_M, IQ2_XS and Q6_K at the AVX2 level: the
+/// unpack fused into the product ([`lat_avx2`], `simd_k::dot_q6_k_avx2`;
+/// the generic driver's bits).
 fn lattice_dot_avx2(ty: GgmlType) -> Option<DotQ16Fn> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -892,9 +893,15 @@ fn lattice_dot_avx2(ty: GgmlType) -> Option<DotQ16Fn> {
             // SAFETY: as above.
             unsafe { lat_avx2::dot_iq2_xs_avx2(data, x) }
         }
+        fn q6(data: &[u8], x: Q16Ref<'_>) -> f32 {
+            check_sizes(data, 210, x);
+            // SAFETY: as above.
+            unsafe { simd_k::dot_q6_k_avx2(data, x) }
+        }
         return match ty {
             GgmlType::IQ1_M => Some(iq1),
             GgmlType::IQ2_XS => Some(iq2),
+            GgmlType::Q6_K => Some(q6),
             _ => None,
         };
     }
@@ -1227,6 +1234,54 @@ mod tests {
                     }
                 };
                 assert_eq!(zmm.to_bits(), want.to_bits(), "{ty} nb {nb}: register dot");
+            }
+        }
+    }
+
+    /// The AVX2 fused Q6_K dot equals the generic AVX2 driver (which
+    /// unpacks each block to memory) bit for bit, on random blocks and on
+    /// blocks of extreme quants and scales.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn q6_k_avx2_dot_equals_generic() {
+        if level() < Q16Level::Avx2 {
+            return;
+        }
+        for nb in [1usize, 2, 7, 33] {
+            for extreme in [false, true] {
+                let mut data = random_blocks(GgmlType::Q6_K, nb, 900 + nb as u64);
+                if extreme {
+                    // Quants 0 or 63 and scales ±127/−128: the largest
+                    // weights (|sc·(q−32)| = 4096) the products meet.
+                    for (bi, blk) in data.chunks_exact_mut(210).enumerate() {
+                        for (i, v) in blk[..192].iter_mut().enumerate() {
+                            *v = if (i + bi) % 3 == 0 { 0x00 } else { 0xFF };
+                        }
+                        for (g, v) in blk[192..208].iter_mut().enumerate() {
+                            *v = [127u8, 0x80, 0x81, 1][(g + bi) % 4];
+                        }
+                    }
+                }
+                let x = random_x(nb * QK, 60 + nb as u64);
+                let mut a = Q16Act::default();
+                assert!(a.quantize(&x));
+                let xv = a.view();
+                // SAFETY: the AVX2 level (AVX2, FMA, F16C) was checked
+                // above; whole blocks and activations for each.
+                let (want, got) = unsafe {
+                    (
+                        x86::dot_avx2::<Q6K>(&data, xv),
+                        simd_k::dot_q6_k_avx2(&data, xv),
+                    )
+                };
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "nb {nb} extreme {extreme}: {got} vs {want}"
+                );
+                // And through the dispatch: the AVX2 level's dot is it.
+                let k = kernels_at(GgmlType::Q6_K, Q16Level::Avx2).expect("q6_k kernels");
+                assert_eq!((k.dot)(&data, xv).to_bits(), want.to_bits());
             }
         }
     }
