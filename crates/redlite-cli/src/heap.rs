@@ -12,6 +12,12 @@
 //! use is unchanged; what the process holds between passes is at most its
 //! peak, which it reached during the pass anyway. Blocks of 1 GiB and more
 //! (a long context's KV slabs) are still mapped and unmapped on their own.
+//!
+//! Only the batch commands (`run`, `bench`, `logits`, `perplexity`,
+//! `imatrix`) take these settings. The server keeps glibc's defaults: a
+//! long-running process must give back what one request used (a 64 MB body
+//! held at its peak, and copied when it grows in the heap instead of being
+//! remapped, broke the server's memory bound in `serve_lifecycle`).
 
 /// Largest block kept in the heap (larger ones are mapped on their own).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -70,8 +70,20 @@ fn llama_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::
 }
 
 fn main() {
-    heap::tune();
     let cli = Cli::parse_from(llama_flags(std::env::args_os()));
+    // Batch commands keep what a pass frees for the next one; the server
+    // keeps the allocator's defaults, so memory a request used (a large
+    // body, say) goes back to the system after it (see `heap`).
+    if matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Bench(_)
+            | Command::Logits(_)
+            | Command::Perplexity(_)
+            | Command::Imatrix(_)
+    ) {
+        heap::tune();
+    }
     let result = match cli.command {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a),
