@@ -374,7 +374,7 @@ unsafe fn gemm_strided(
         run: if tile.wmax <= LONG_WMAX { 32 } else { 16 },
         q: x.q.as_ptr(),
         d: x.d.as_ptr(),
-        sums: x.sums.as_ptr(),
+        sdx: x.sdx.as_ptr(),
         n_tok,
         out,
         row_stride,
@@ -497,7 +497,10 @@ fn check(k: &Q16Kernels, tile: &Tile, x: &Q16Act, n_tok: usize, n_in: usize) {
     );
     let nb = tile.nb;
     assert!(
-        x.q.len() >= n_tok * n_in && x.d.len() >= n_tok * nb && x.sums.len() >= n_tok * nb * 8,
+        x.q.len() >= n_tok * n_in
+            && x.d.len() >= n_tok * nb
+            && x.sums.len() >= n_tok * nb * 8
+            && x.sdx.len() >= n_tok * nb * 8,
         "q16 gemm: activations hold {} values for {n_tok} tokens of {n_in}",
         x.q.len()
     );
@@ -523,7 +526,7 @@ fn check_out(tile: &Tile, n_tok: usize, out: &[f32], out_stride: usize) {
 ///
 /// Valid when (as `check` asserts), with `G = rows.div_ceil(4)` groups:
 /// `w`, `s`, `m` hold `G · nb` blocks of the tile's layout (`m` only read
-/// for types with offsets); `q`, `d`, `sums` hold `n_tok · nb · 256`,
+/// for types with offsets); `q`, `d`, `sdx` hold `n_tok · nb · 256`,
 /// `n_tok · nb` and `n_tok · nb · 8` values; `out` is writable at
 /// `r · row_stride + t · tok_stride` for `r < rows`, `t < n_tok`.
 #[cfg(target_arch = "x86_64")]
@@ -538,7 +541,8 @@ struct Args {
     run: usize,
     q: *const i16,
     d: *const f32,
-    sums: *const i32,
+    /// `sums · d` per 32 values ([`Q16Act::sdx`]).
+    sdx: *const f32,
     n_tok: usize,
     out: *mut f32,
     row_stride: usize,
@@ -776,7 +780,7 @@ mod x86 {
         // vectors `gb·ns + c` (c < ns), `gb·2 + h` of groups below
         // `rows.div_ceil(4)` and blocks below `nb`; activations
         // `(t0+t)·n_in + b·256 + 8·step + 8 ≤ n_tok·n_in`, their scale
-        // `(t0+t)·nb + b` and sums `((t0+t)·nb + b)·8 + 8`; outputs of rows
+        // `(t0+t)·nb + b` and `sums · d` (`sdx`) `((t0+t)·nb + b)·8 + 8`; outputs of rows
         // below `rows` and tokens below `n_tok`. `load_w` / `load_f` read
         // 64-byte aligned lines and lanes at multiples of their vector size.
         let (nb, n_in) = (a.nb, a.nb * QK);
@@ -860,14 +864,11 @@ mod x86 {
             }
             if M {
                 for t in 0..T {
-                    let sums = _mm256_loadu_si256(a.sums.add(((t0 + t) * nb + b) * 8) as *const _);
-                    let mut sdx = Buf([0f32; 8]);
-                    _mm256_store_ps(
-                        sdx.0.as_mut_ptr(),
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dx[t])),
-                    );
-                    let lo = S::bcast_f4(sdx.0.as_ptr());
-                    let hi = S::bcast_f4(sdx.0.as_ptr().add(4));
+                    // `sums · dx` of this token's block, computed once per
+                    // batch (`Q16Act::sdx`: the same f32 products).
+                    let sdx = a.sdx.add(((t0 + t) * nb + b) * 8);
+                    let lo = S::bcast_f4(sdx);
+                    let hi = S::bcast_f4(sdx.add(4));
                     for v in 0..V {
                         let m = (a.m.add(gb[v] * 2) as *const f32).add((v % S::H) * fo);
                         facc[v][t] = S::fnma(S::load_f(m), lo, facc[v][t]);
