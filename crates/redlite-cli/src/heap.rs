@@ -6,11 +6,12 @@
 //! `mmap` / `munmap` above its dynamic threshold, or by trimming the heap's
 //! top), so the next layer's buffer of the same size page-faults and is
 //! cleared by the kernel again: 0.8 M faults and about 6 % of a 512-token
-//! pass on the 64-expert synthetic model (RESULTS, "the allocator keeps what
-//! a pass frees"). Keeping blocks below 1 GiB in the heap and not trimming
-//! it gives each freed block back to the next allocation instead. Memory in
-//! use is unchanged; what the process holds between passes is at most its
-//! peak, which it reached during the pass anyway. Blocks of 1 GiB and more
+//! pass on the 64-expert synthetic model (RESULTS, 2026-12-07, "CPU on
+//! AVX2: … freed blocks kept in the heap …"). Keeping blocks below 1 GiB in
+//! the heap and not trimming it gives each freed block back to the next
+//! allocation instead. Memory in use is unchanged; what the process holds
+//! between passes is at most its peak, which it reached during the pass
+//! anyway. Blocks of 1 GiB and more
 //! (a long context's KV slabs) are still mapped and unmapped on their own.
 //!
 //! Only the batch commands (`run`, `bench`, `logits`, `perplexity`,
@@ -22,7 +23,8 @@
 /// Largest block kept in the heap (larger ones are mapped on their own).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: i32 = 1 << 30;
-/// glibc's cap for the threshold before 2.35 (half its 64 MiB arena heap).
+/// The fallback where glibc refuses the larger threshold: the cap some
+/// glibc versions put on it (half their 64 MiB arena heap).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD_OLD_CAP: i32 = 32 << 20;
 

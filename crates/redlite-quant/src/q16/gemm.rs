@@ -780,8 +780,8 @@ mod x86 {
         // vectors `gb·ns + c` (c < ns), `gb·2 + h` of groups below
         // `rows.div_ceil(4)` and blocks below `nb`; activations
         // `(t0+t)·n_in + b·256 + 8·step + 8 ≤ n_tok·n_in`, their scale
-        // `(t0+t)·nb + b` and `sums · d` (`sdx`) `((t0+t)·nb + b)·8 + 8`; outputs of rows
-        // below `rows` and tokens below `n_tok`. `load_w` / `load_f` read
+        // `(t0+t)·nb + b` and `sums · d` (`sdx`) `((t0+t)·nb + b)·8 + 8`;
+        // outputs of rows below `rows` and tokens below `n_tok`. `load_w` / `load_f` read
         // 64-byte aligned lines and lanes at multiples of their vector size.
         let (nb, n_in) = (a.nb, a.nb * QK);
         // i16 and f32 offsets of vector row v inside its line / lanes.

@@ -12,11 +12,16 @@ use crate::kquants::simd::bit_to;
 use crate::util::f16_ptr;
 use std::arch::x86_64::*;
 
-/// Widen 16 signed bytes to i16, multiply by `sc` and store at `dst`.
+/// Widen 16 signed bytes to i16 and multiply by `sc`.
+#[inline(always)]
+unsafe fn w16_i8(v: __m128i, sc: __m256i) -> __m256i {
+    _mm256_mullo_epi16(_mm256_cvtepi8_epi16(v), sc)
+}
+
+/// [`w16_i8`], stored at `dst`.
 #[inline(always)]
 unsafe fn put16_i8(dst: *mut i16, v: __m128i, sc: __m256i) {
-    let w = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(v), sc);
-    _mm256_store_si256(dst as *mut __m256i, w);
+    _mm256_store_si256(dst as *mut __m256i, w16_i8(v, sc));
 }
 
 /// Widen 32 unsigned bytes (values < 128) to i16, multiply by `sc`, store
@@ -199,12 +204,12 @@ pub unsafe fn dot_q6_k_avx2(data: &[u8], x: super::Q16Ref<'_>) -> f32 {
             for (s, qs) in q6_regs(p, j).iter().enumerate() {
                 let e = 128 * j + 32 * s;
                 let g = e / 16;
-                let w0 = _mm256_mullo_epi16(
-                    _mm256_cvtepi8_epi16(_mm256_castsi256_si128(*qs)),
+                let w0 = w16_i8(
+                    _mm256_castsi256_si128(*qs),
                     _mm256_set1_epi16(*sc.add(g) as i16),
                 );
-                let w1 = _mm256_mullo_epi16(
-                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(*qs)),
+                let w1 = w16_i8(
+                    _mm256_extracti128_si256::<1>(*qs),
                     _mm256_set1_epi16(*sc.add(g + 1) as i16),
                 );
                 let x0 = _mm256_loadu_si256(xq.add(e) as *const __m256i);
