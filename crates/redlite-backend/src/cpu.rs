@@ -475,6 +475,10 @@ fn matmul_any(act: Activations, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [
     matmul_impl(w, x, n_tok, y)
 }
 
+/// Tokens from which the causal conv runs as rows over all channels on the
+/// pool; fewer (a decode step) go channel by channel on the calling thread.
+const CONV_ROWS_MIN: usize = 8;
+
 /// Elements per task of `silu_mul`.
 const SILU_CHUNK: usize = 1 << 14;
 
@@ -954,56 +958,81 @@ impl Backend for CpuBackend {
         assert_eq!(state.len(), channels * ks, "conv: state size");
         assert_eq!(w.len(), channels * kernel, "conv: weight size");
         assert_eq!(x.len(), n_tok * channels, "conv: input size");
-        // Rows of the history X (the K−1 saved inputs, then the new ones) and
-        // of the taps, each contiguous over the channels, so every tap is one
-        // vectorisable pass over a row. The sum per channel is the same as the
-        // reference's: tap 0 first, then each tap added in order.
-        let mut hist = vec![0f32; (ks + n_tok) * channels];
+        let out = &mut out[..n_tok * channels];
+        // Every output is `silu(0 + w_0·h_0 + w_1·h_1 + … )`, the taps added
+        // in order (the reference's sum), `h_i` the input `i` positions into
+        // the window (the K−1 saved inputs, then the new ones).
+        if n_tok < CONV_ROWS_MIN {
+            // A decode step: token by token, channel by channel, in the
+            // layouts as they are (each channel's taps and saved inputs are
+            // contiguous), shifting each channel's window as it goes.
+            for (xt, ot) in x.chunks_exact(channels).zip(out.chunks_exact_mut(channels)) {
+                for (c, (o, &xc)) in ot.iter_mut().zip(xt).enumerate() {
+                    let wc = &w[c * kernel..(c + 1) * kernel];
+                    let sc = &mut state[c * ks..(c + 1) * ks];
+                    let h = |i: usize| if i < ks { sc[i] } else { xc };
+                    let mut acc = 0.0 + wc[0] * h(0);
+                    for (i, &wi) in wc.iter().enumerate().skip(1) {
+                        acc += wi * h(i);
+                    }
+                    *o = silu(acc);
+                    if ks > 0 {
+                        sc.copy_within(1.., 0);
+                        sc[ks - 1] = xc;
+                    }
+                }
+            }
+            return;
+        }
+        // A batch: rows of the window (the saved inputs transposed, then the
+        // new inputs in place) and of the taps, each contiguous over the
+        // channels, so every tap is one vectorisable pass over a row.
+        let mut saved = vec![0f32; ks * channels];
         for c in 0..channels {
             for j in 0..ks {
-                hist[j * channels + c] = state[c * ks + j];
+                saved[j * channels + c] = state[c * ks + j];
             }
         }
-        hist[ks * channels..].copy_from_slice(x);
         let mut taps = vec![0f32; kernel * channels];
         for c in 0..channels {
             for i in 0..kernel {
                 taps[i * channels + c] = w[c * kernel + i];
             }
         }
+        let row = |j: usize| -> &[f32] {
+            if j < ks {
+                &saved[j * channels..(j + 1) * channels]
+            } else {
+                &x[(j - ks) * channels..(j - ks + 1) * channels]
+            }
+        };
         let conv_rows = |t0: usize, rows: &mut [f32]| {
             for (r, o) in rows.chunks_mut(channels).enumerate() {
                 let t = t0 + r;
-                let h0 = &hist[t * channels..(t + 1) * channels];
                 o.iter_mut()
-                    .zip(h0)
+                    .zip(row(t))
                     .zip(&taps[..channels])
                     .for_each(|((o, &h), &w)| *o = 0.0 + w * h);
                 for i in 1..kernel {
-                    let h = &hist[(t + i) * channels..(t + i + 1) * channels];
                     let wi = &taps[i * channels..(i + 1) * channels];
                     o.iter_mut()
-                        .zip(h)
+                        .zip(row(t + i))
                         .zip(wi)
                         .for_each(|((o, &h), &w)| *o += w * h);
                 }
                 o.iter_mut().for_each(|v| *v = silu(*v));
             }
         };
-        let out = &mut out[..n_tok * channels];
-        if n_tok >= 8 {
-            let per = n_tok.div_ceil(self.threads.max(1)).max(1) * channels;
-            self.pool.install(|| {
-                out.par_chunks_mut(per)
-                    .enumerate()
-                    .for_each(|(i, rows)| conv_rows(i * per / channels, rows))
-            });
-        } else {
-            conv_rows(0, out);
-        }
-        for c in 0..channels {
-            for j in 0..ks {
-                state[c * ks + j] = hist[(n_tok + j) * channels + c];
+        let per = n_tok.div_ceil(self.threads.max(1)).max(1) * channels;
+        self.pool.install(|| {
+            out.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(i, rows)| conv_rows(i * per / channels, rows))
+        });
+        for j in 0..ks {
+            let r = row(n_tok + j);
+            for c in 0..channels {
+                state[c * ks + j] = r[c];
             }
         }
     }
@@ -1587,7 +1616,21 @@ mod tests {
         }
         let be = backend();
         let mut r = Rng(7);
-        for (n_tok, ch, k) in [(1, 40, 4), (3, 24, 4), (37, 96, 4), (9, 16, 2), (20, 8, 5)] {
+        // Both paths (decode steps below `CONV_ROWS_MIN` tokens, batches from
+        // it), windows longer than the batch, and a kernel of one tap.
+        for (n_tok, ch, k) in [
+            (1, 40, 4),
+            (3, 24, 4),
+            (2, 16, 5),
+            (7, 24, 4),
+            (8, 24, 4),
+            (37, 96, 4),
+            (9, 16, 2),
+            (20, 8, 5),
+            (9, 10, 12),
+            (5, 6, 1),
+            (11, 6, 1),
+        ] {
             let x = r.vec(n_tok * ch);
             let w = r.vec(ch * k);
             let st0 = r.vec(ch * (k - 1));

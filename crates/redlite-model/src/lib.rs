@@ -36,6 +36,7 @@ mod config;
 mod device;
 mod expert_cache;
 mod kv;
+mod par;
 mod qwen3next;
 mod rope;
 mod state;

@@ -96,9 +96,7 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-fn add_into(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-}
+use crate::par::{self, add_into};
 
 /// How the tokens of one forward call map onto sequences: `lens[i]`
 /// consecutive tokens belong to sequence `i`. With several sequences every
@@ -133,7 +131,7 @@ fn linear(
     t: usize,
     exact: bool,
 ) -> Vec<f32> {
-    let mut y = vec![0f32; t * w.n_out];
+    let mut y = par::zeros(t * w.n_out);
     if exact {
         be.matmul_rows(w, x, t, &mut y);
     } else {
@@ -159,7 +157,7 @@ fn linear_group(
         mats.iter().map(|m| qmats(f, m)).collect::<Result<_, _>>()?;
     let mut outs: Vec<Vec<Vec<f32>>> = parts
         .iter()
-        .map(|ps| ps.iter().map(|p| vec![0f32; t * p.n_out]).collect())
+        .map(|ps| ps.iter().map(|p| par::zeros(t * p.n_out)).collect())
         .collect();
     {
         let mut jobs = Vec::new();
@@ -304,7 +302,7 @@ fn forward_segments(
 
     for (il, layer) in w.layers.iter().enumerate() {
         // Token mixer.
-        let mut h = x.clone();
+        let mut h = par::copy(&x);
         be.rms_norm(&mut h, d, Some(&layer.attn_norm), eps);
         tr.put("attn_norm", Some(il), t, &h);
         let m = match &layer.mixer {
@@ -337,7 +335,7 @@ fn forward_segments(
         tr.put("attn_residual", Some(il), t, &x);
 
         // MoE feed-forward.
-        let mut h2 = x.clone();
+        let mut h2 = par::copy(&x);
         be.rms_norm(&mut h2, d, Some(&layer.post_norm), eps);
         tr.put("attn_post_norm", Some(il), t, &h2);
         let y = moe(model, &layer.moe, &h2, t, segs.exact, il, &mut tr)?;
@@ -410,21 +408,21 @@ fn deltanet(
     // β = sigmoid(b), g = ssm_a · softplus(a + dt_bias); ba is grouped per key head.
     let mut beta = vec![0f32; t * hv];
     let mut g = vec![0f32; t * hv];
-    for tt in 0..t {
+    par::rows2_mut(&mut beta, hv, &mut g, hv, |tt, beta, g| {
         let row = &ba[tt * 2 * hv..(tt + 1) * 2 * hv];
         for head in 0..hv {
             let ib = 2 * r * (head / r) + head % r;
-            beta[tt * hv + head] = sigmoid(row[ib]);
-            g[tt * hv + head] = w.ssm_a[head] * softplus(row[ib + r] + w.dt_bias[head]);
+            beta[head] = sigmoid(row[ib]);
+            g[head] = w.ssm_a[head] * softplus(row[ib + r] + w.dt_bias[head]);
         }
-    }
+    });
     tr.put("beta", Some(il), t, &beta);
     tr.put("gate", Some(il), t, &g);
 
     // Causal conv (kernel K) + SiLU, carrying the last K−1 inputs.
     // In exact mode each token is its own step (as in decoding), and the
     // states after each token are recorded for rollback when asked.
-    let mut u = vec![0f32; t * conv_dim];
+    let mut u = par::zeros(t * conv_dim);
     for (i, s0, n) in segs.iter() {
         let step = if ex { 1 } else { n };
         for a in (s0..s0 + n).step_by(step) {
@@ -445,15 +443,17 @@ fn deltanet(
     tr.put("conv_output_silu", Some(il), t, &u);
 
     // Split q | k | v; L2-normalise q and k per key head; scale q by 1/sqrt(d_k).
-    let mut q = vec![0f32; t * key_dim];
-    let mut k = vec![0f32; t * key_dim];
-    let mut v = vec![0f32; t * value_dim];
-    for tt in 0..t {
+    let mut q = par::zeros(t * key_dim);
+    let mut k = par::zeros(t * key_dim);
+    let mut v = par::zeros(t * value_dim);
+    par::rows2_mut(&mut q, key_dim, &mut k, key_dim, |tt, q, k| {
         let row = &u[tt * conv_dim..(tt + 1) * conv_dim];
-        q[tt * key_dim..(tt + 1) * key_dim].copy_from_slice(&row[..key_dim]);
-        k[tt * key_dim..(tt + 1) * key_dim].copy_from_slice(&row[key_dim..2 * key_dim]);
-        v[tt * value_dim..(tt + 1) * value_dim].copy_from_slice(&row[2 * key_dim..]);
-    }
+        q.copy_from_slice(&row[..key_dim]);
+        k.copy_from_slice(&row[key_dim..2 * key_dim]);
+    });
+    par::rows_mut(&mut v, value_dim, |tt, v| {
+        v.copy_from_slice(&u[tt * conv_dim + 2 * key_dim..(tt + 1) * conv_dim])
+    });
     let q_scale = 1.0 / (dk as f64).sqrt();
     l2_norm_rows(&mut q, dk, c.rms_eps, q_scale);
     l2_norm_rows(&mut k, dk, c.rms_eps, 1.0);
@@ -481,7 +481,7 @@ fn deltanet(
     // (it steps token by token within each head, so the results are those
     // of one call per token, with each head's state kept in cache across
     // the tokens) or one token long; otherwise through the chunked form.
-    let mut o = vec![0f32; t * value_dim];
+    let mut o = par::zeros(t * value_dim);
     for (i, a, n) in segs.iter() {
         let inp = DeltaInputs {
             q: &q[a * key_dim..(a + n) * key_dim],
@@ -506,7 +506,7 @@ fn deltanet(
 
     // Gated RMSNorm per value head: norm(o) ⊙ ssm_norm ⊙ silu(z).
     be.rms_norm(&mut o, dv, Some(&w.norm), c.rms_eps);
-    o.iter_mut().zip(&z).for_each(|(a, zz)| *a *= silu(*zz));
+    par::zip_mut(&mut o, &z, |a, zz| *a *= silu(zz));
     tr.put("final_output", Some(il), t, &o);
 
     tr.inputs(f, &[&w.out], t, &o);
@@ -517,11 +517,11 @@ fn deltanet(
 
 /// `x / sqrt(Σx² + eps) · scale` for each row of `dim` values.
 fn l2_norm_rows(x: &mut [f32], dim: usize, eps: f32, scale: f64) {
-    for row in x.chunks_mut(dim) {
+    par::rows_mut(x, dim, |_, row| {
         let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
         let s = (scale / (ss + eps as f64).sqrt()) as f32;
         row.iter_mut().for_each(|v| *v *= s);
-    }
+    });
 }
 
 /// Gated full attention over a batch at positions `pos0..pos0+t`; returns `[t, D]`.
@@ -549,38 +549,47 @@ fn attention(
         (Some(a), Some(b), Some(c)) => (a, b, c),
         _ => unreachable!("linear_group returns one output per matrix"),
     };
-    let mut q = vec![0f32; t * nh * hd];
-    let mut gate = vec![0f32; t * nh * hd];
-    for (i, blk) in qg.chunks(2 * hd).enumerate() {
-        q[i * hd..(i + 1) * hd].copy_from_slice(&blk[..hd]);
-        gate[i * hd..(i + 1) * hd].copy_from_slice(&blk[hd..]);
-    }
+    let mut q = par::zeros(t * nh * hd);
+    let mut gate = par::zeros(t * nh * hd);
+    par::rows2_mut(&mut q, hd, &mut gate, hd, |i, q, gate| {
+        let blk = &qg[i * 2 * hd..(i + 1) * 2 * hd];
+        q.copy_from_slice(&blk[..hd]);
+        gate.copy_from_slice(&blk[hd..]);
+    });
 
     // Per-head q/k RMSNorm, then partial NeoX RoPE.
     be.rms_norm(&mut q, hd, Some(&w.q_norm), c.rms_eps);
     be.rms_norm(&mut k, hd, Some(&w.k_norm), c.rms_eps);
     tr.put("Qcur_normed", Some(il), t, &q);
     tr.put("Kcur_normed", Some(il), t, &k);
-    let mut cs = Vec::with_capacity(c.n_rot / 2);
-    for (i, s0, n) in segs.iter() {
-        for tt in s0..s0 + n {
-            let pos = caches[i].1 + (tt - s0);
-            model.rope.cos_sin(pos, &mut cs);
-            #[cfg(test)]
-            if let Some(table) = &model.rope_override {
-                cs.clone_from(table.get(pos).ok_or_else(|| {
-                    ModelError::Input(format!("rope override table ends before position {pos}"))
-                })?);
-            }
-            rope::apply(&mut q[tt * nh * hd..(tt + 1) * nh * hd], hd, &cs);
-            rope::apply(&mut k[tt * nkv * hd..(tt + 1) * nkv * hd], hd, &cs);
+    // Each token's position, then every token rotated (in parallel).
+    let mut pos = Vec::with_capacity(t);
+    for (i, _, n) in segs.iter() {
+        pos.extend((0..n).map(|j| caches[i].1 + j));
+    }
+    #[cfg(test)]
+    if let Some(table) = &model.rope_override {
+        if let Some(&p) = pos.iter().find(|&&p| p >= table.len()) {
+            return Err(ModelError::Input(format!(
+                "rope override table ends before position {p}"
+            )));
         }
     }
+    par::rows2_mut(&mut q, nh * hd, &mut k, nkv * hd, |tt, q, k| {
+        let mut cs = Vec::with_capacity(c.n_rot / 2);
+        model.rope.cos_sin(pos[tt], &mut cs);
+        #[cfg(test)]
+        if let Some(table) = &model.rope_override {
+            cs.clone_from(&table[pos[tt]]);
+        }
+        rope::apply(q, hd, &cs);
+        rope::apply(k, hd, &cs);
+    });
     tr.put("Qcur", Some(il), t, &q);
     tr.put("Kcur", Some(il), t, &k);
 
     // Append to the KV cache and attend causally (GQA), per sequence.
-    let mut o = vec![0f32; t * nh * hd];
+    let mut o = par::zeros(t * nh * hd);
     for (i, s0, n) in segs.iter() {
         let (cache, pos0) = &mut caches[i];
         let pos0 = *pos0;
@@ -622,7 +631,7 @@ fn attention(
     tr.put("attn_pregate", Some(il), t, &o);
 
     // Sigmoid output gate, then the output projection.
-    o.iter_mut().zip(&gate).for_each(|(a, g)| *a *= sigmoid(*g));
+    par::zip_mut(&mut o, &gate, |a, g| *a *= sigmoid(g));
     tr.put("attn_gated", Some(il), t, &o);
     tr.inputs(f, &[&w.out], t, &o);
     let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
@@ -650,18 +659,37 @@ fn moe(
     tr.inputs(f, &[&w.router], t, h);
     let logits = linear(be, &qmat(f, &w.router)?, h, t, ex);
     tr.put("ffn_moe_logits", Some(il), t, &logits);
-    let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
-    let mut probs = vec![0f64; ne];
-    let mut order: Vec<usize> = Vec::with_capacity(ne);
-    for tt in 0..t {
-        route_row(&logits[tt * ne..(tt + 1) * ne], &mut probs, &mut order);
-        let top = &order[..c.n_expert_used];
+    // Each token's experts and weights (tokens in parallel), then each
+    // expert's tokens in token order.
+    let k_used = c.n_expert_used;
+    let pick = |(probs, order): &mut (Vec<f64>, Vec<usize>), row: &[f32]| {
+        route_row(row, probs, order);
+        let top = &order[..k_used];
         let wsum: f64 = top.iter().map(|&e| probs[e]).sum();
         let wsum = wsum.max(6.1035e-5);
-        for &e in top {
-            routes[e].push((tt, (probs[e] / wsum) as f32));
+        top.iter()
+            .map(|&e| (e, (probs[e] / wsum) as f32))
+            .collect::<Vec<_>>()
+    };
+    let init = || (vec![0f64; ne], Vec::with_capacity(ne));
+    let picks: Vec<Vec<(usize, f32)>> = if logits.len() >= par::PAR_MIN {
+        use rayon::prelude::*;
+        logits.par_chunks(ne).map_init(init, pick).collect()
+    } else {
+        let mut scratch = init();
+        logits
+            .chunks(ne)
+            .map(|row| pick(&mut scratch, row))
+            .collect()
+    };
+    let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
+    for (tt, top) in picks.iter().enumerate() {
+        for &(e, wt) in top {
+            routes[e].push((tt, wt));
         }
     }
+    let mut probs = vec![0f64; ne];
+    let mut order: Vec<usize> = Vec::with_capacity(ne);
 
     // Prefetch (streaming, one-token steps): the next layer's router applied
     // to this layer's input predicts its experts; they are read in the
@@ -676,7 +704,7 @@ fn moe(
     };
 
     // Routed experts: gather each expert's tokens, SwiGLU, scatter-add.
-    let mut y = vec![0f32; t * d];
+    let mut y = par::zeros(t * d);
     if ex || t < EXPERT_GEMM_MIN {
         routed_small(model, w, h, t, &routes, &mut y, il, next.as_deref(), tr)?;
     } else {
@@ -701,21 +729,20 @@ fn moe(
         (Some(a), Some(b)) => (a, b),
         _ => unreachable!("linear_group returns one output per matrix"),
     };
-    act.iter_mut().zip(&up).for_each(|(a, b)| *a = silu(*a) * b);
+    par::zip_mut(&mut act, &up, |a, b| *a = silu(*a) * b);
     tr.inputs(f, &[&w.sh_down], t, &act);
     if let Some(o) = tr.0.as_deref_mut() {
         o.matmul_input(&format!("blk.{il}.ffn_gate_inp_shexp.weight"), None, t, h);
     }
     let sh = linear(be, &qmat(f, &w.sh_down)?, &act, t, ex);
-    for tt in 0..t {
+    par::rows_mut(&mut y, d, |tt, yr| {
         let hr = &h[tt * d..(tt + 1) * d];
         let gl: f32 = redlite_backend::simd::dot(hr, &w.sh_inp);
         let gate = sigmoid(gl);
-        y[tt * d..(tt + 1) * d]
-            .iter_mut()
+        yr.iter_mut()
             .zip(&sh[tt * d..(tt + 1) * d])
             .for_each(|(a, b)| *a += gate * b);
-    }
+    });
     Ok(y)
 }
 
@@ -989,16 +1016,11 @@ fn routed_sub(
     let rows: usize = ns.iter().sum();
     // Each expert's tokens gathered (`[n_e, d]`), one after another.
     let xs = scratch(xs, rows * d);
-    {
-        let mut rest = &mut *xs;
-        for &e in ids {
-            let (xe, r) = rest.split_at_mut(routes[e].len() * d);
-            for (j, &(tt, _)) in routes[e].iter().enumerate() {
-                xe[j * d..(j + 1) * d].copy_from_slice(&h[tt * d..(tt + 1) * d]);
-            }
-            rest = r;
-        }
-    }
+    let src: Vec<usize> = ids
+        .iter()
+        .flat_map(|&e| routes[e].iter().map(|&(tt, _)| tt))
+        .collect();
+    par::gather_rows(xs, h, d, &src);
     let xes = split_rows(xs, &ns, d);
     for ((&e, &n), xe) in ids.iter().zip(&ns).zip(&xes) {
         tr.expert_input(f, &[w.gate.tensor, w.up.tensor], e, n, xe);
