@@ -77,6 +77,28 @@ where
         .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| f(a, b)));
 }
 
+/// Elements from which a loop of `exp`s runs as a parallel region.
+pub(crate) const PAR_MIN_EXP: usize = 1 << 12;
+
+/// [`zip_mut`] for an `f` that takes an `exp` or so per element (a gate):
+/// parallel from [`PAR_MIN_EXP`] elements, i.e. also in a decode step.
+pub(crate) fn zip_mut_exp<F>(a: &mut [f32], b: &[f32], f: F)
+where
+    F: Fn(&mut f32, f32) + Sync + Send,
+{
+    assert_eq!(a.len(), b.len(), "zip_mut_exp: operand sizes");
+    if a.len() < PAR_MIN_EXP || a.len() >= PAR_MIN {
+        return zip_mut(a, b, f);
+    }
+    let per = a
+        .len()
+        .div_ceil(rayon::current_num_threads().max(1))
+        .max(256);
+    a.par_chunks_mut(per)
+        .zip(b.par_chunks(per))
+        .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, &b)| f(a, b)));
+}
+
 /// `a[i] += b[i]` for every element.
 pub(crate) fn add_into(a: &mut [f32], b: &[f32]) {
     zip_mut(a, b, |a, b| *a += b);
@@ -161,7 +183,7 @@ mod tests {
             .build()
             .expect("pool");
         pool.install(|| {
-            for n_rows in [3usize, 40, 700] {
+            for n_rows in [3usize, 40, 60, 700] {
                 let w = 97;
                 let n = n_rows * w;
                 let x = values(n);
@@ -173,6 +195,10 @@ mod tests {
                 let mut a = x.clone();
                 zip_mut(&mut a, &y, |a, b| *a = *a * 1.5 - b);
                 let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * 1.5 - b).collect();
+                assert_eq!(a, want);
+
+                let mut a = x.clone();
+                zip_mut_exp(&mut a, &y, |a, b| *a = *a * 1.5 - b);
                 assert_eq!(a, want);
 
                 let mut a = x.clone();

@@ -506,7 +506,7 @@ fn deltanet(
 
     // Gated RMSNorm per value head: norm(o) ⊙ ssm_norm ⊙ silu(z).
     be.rms_norm(&mut o, dv, Some(&w.norm), c.rms_eps);
-    par::zip_mut(&mut o, &z, |a, zz| *a *= silu(zz));
+    par::zip_mut_exp(&mut o, &z, |a, zz| *a *= silu(zz));
     tr.put("final_output", Some(il), t, &o);
 
     tr.inputs(f, &[&w.out], t, &o);
@@ -631,7 +631,7 @@ fn attention(
     tr.put("attn_pregate", Some(il), t, &o);
 
     // Sigmoid output gate, then the output projection.
-    par::zip_mut(&mut o, &gate, |a, g| *a *= sigmoid(g));
+    par::zip_mut_exp(&mut o, &gate, |a, g| *a *= sigmoid(g));
     tr.put("attn_gated", Some(il), t, &o);
     tr.inputs(f, &[&w.out], t, &o);
     let out = linear(be, &qmat(f, &w.out)?, &o, t, ex);
@@ -855,8 +855,12 @@ fn routed_small(
         }
         be.matmul_multi(&mut jobs);
     }
-    for (g, u) in gs.iter_mut().zip(&us) {
-        g.iter_mut().zip(u).for_each(|(a, b)| *a = silu(*a) * b);
+    // SwiGLU, the experts in parallel (each element an `exp`).
+    {
+        use rayon::prelude::*;
+        gs.par_iter_mut()
+            .zip(&us)
+            .for_each(|(g, u)| g.iter_mut().zip(u).for_each(|(a, b)| *a = silu(*a) * b));
     }
     for (&(e, toks), g) in active.iter().zip(&gs) {
         tr.expert_input(f, &[w.down.tensor], e, toks.len(), g);
