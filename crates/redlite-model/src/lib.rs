@@ -473,8 +473,13 @@ impl Model {
         })
     }
 
-    /// `f` run where the backend's operations run ([`Backend::within`]).
+    /// `f` run where the backend's operations run ([`Backend::within`]);
+    /// a device's pass runs on the caller's thread, leaving the CPU pool
+    /// idle (its workers would otherwise poll for work the whole pass).
     fn within<R: Send>(&self, mut f: impl FnMut() -> R + Send) -> R {
+        if self.device.is_some() {
+            return f();
+        }
         let mut out = None;
         self.backend.within(&mut || out = Some(f()));
         match out {
