@@ -7,12 +7,9 @@
 //! others idle) and each task count, times 2,000 regions of tasks that each
 //! spin for a fixed 5 µs, and prints the mean time of a region less its
 //! ideal `ceil(tasks / threads) · 5 µs`: the cost of waking the workers,
-//! handing out the tasks and joining them. Both ways the backend can keep
-//! its workers during a pass (`CpuBackend::within`): asleep when idle
-//! (`--no-poll`), or polling for work until the pass ends (the default).
+//! handing out the tasks and joining them.
 
 use rayon::prelude::*;
-use redlite_backend::{Backend, CpuBackend, CpuOptions};
 use std::time::{Duration, Instant};
 
 /// Busy for `d` on this thread.
@@ -28,37 +25,28 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool");
     let work = Duration::from_micros(5);
     let reps = 2000;
     println!("{threads} threads, tasks of 5 us, {reps} regions each");
-    println!("| workers | gap before (us) | tasks | region (us) | overhead (us) |");
-    println!("|---|---|---|---|---|");
-    for sleep in [true, false] {
-        let be = CpuBackend::with_options(&CpuOptions {
-            threads: Some(threads),
-            idle_workers_sleep: sleep,
-            ..CpuOptions::default()
-        })
-        .expect("thread pool");
-        let mode = if sleep { "sleep" } else { "poll" };
-        be.within(&mut || {
-            for gap in [0u64, 20, 100, 1000] {
-                for tasks in [threads, 5 * threads] {
-                    let mut in_regions = Duration::ZERO;
-                    for _ in 0..reps {
-                        spin(Duration::from_micros(gap));
-                        let t = Instant::now();
-                        (0..tasks).into_par_iter().for_each(|_| spin(work));
-                        in_regions += t.elapsed();
-                    }
-                    let per = in_regions.as_secs_f64() * 1e6 / reps as f64;
-                    let ideal = tasks.div_ceil(threads) as f64 * 5.0;
-                    println!(
-                        "| {mode} | {gap} | {tasks} | {per:.1} | {:.1} |",
-                        per - ideal
-                    );
+    println!("| gap before (us) | tasks | region (us) | overhead (us) |\n|---|---|---|---|");
+    pool.install(|| {
+        for gap in [0u64, 20, 100, 1000] {
+            for tasks in [threads, 5 * threads] {
+                let mut in_regions = Duration::ZERO;
+                for _ in 0..reps {
+                    spin(Duration::from_micros(gap));
+                    let t = Instant::now();
+                    (0..tasks).into_par_iter().for_each(|_| spin(work));
+                    in_regions += t.elapsed();
                 }
+                let per = in_regions.as_secs_f64() * 1e6 / reps as f64;
+                let ideal = tasks.div_ceil(threads) as f64 * 5.0;
+                println!("| {gap} | {tasks} | {per:.1} | {:.1} |", per - ideal);
             }
-        });
-    }
+        }
+    });
 }

@@ -43,13 +43,6 @@ pub struct CpuOptions {
     pub threads: Option<usize>,
     /// How activations reach the quantized matrix products.
     pub activations: Activations,
-    /// Let the workers sleep between the operations of a forward pass
-    /// (rayon's own idling) instead of keeping them polling for work until
-    /// the pass ends. Polling makes each parallel region start without
-    /// waking sleeping threads, which costs tens of microseconds a region
-    /// on some machines, hundreds of regions a decode step; it keeps every
-    /// core busy for the whole pass.
-    pub idle_workers_sleep: bool,
     /// The highest SIMD level the kernels may use (`None`: what the CPU
     /// has). The level is one for the whole process and fixed at its first
     /// use, so this has to be set by the first backend, before any model is
@@ -71,8 +64,6 @@ pub struct CpuBackend {
     pool: ThreadPool,
     threads: usize,
     act: Activations,
-    /// Whether the workers poll for work during a forward pass (`within`).
-    poll: bool,
 }
 
 thread_local! {
@@ -95,7 +86,6 @@ impl CpuBackend {
             pool,
             threads,
             act: Activations::default(),
-            poll: true,
         })
     }
 
@@ -105,9 +95,7 @@ impl CpuBackend {
         if let Some(max) = opts.max_isa {
             redlite_quant::limit_isa(max)?;
         }
-        let mut be = CpuBackend::new(opts.threads)?.with_activations(opts.activations);
-        be.poll = !opts.idle_workers_sleep;
-        Ok(be)
+        Ok(CpuBackend::new(opts.threads)?.with_activations(opts.activations))
     }
 
     /// Choose how activations are fed to the matrix products.
@@ -495,38 +483,6 @@ const CONV_ROWS_MIN: usize = 8;
 /// channels it runs on the pool).
 const CONV_CHANNELS_PER_TASK: usize = 1024;
 
-/// Sets its flag when dropped (also when the pass unwinds), ending the
-/// workers' polling.
-struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Release);
-    }
-}
-
-/// Run the pool's pending jobs on this worker until `stop` is set: a
-/// worker busy here is not asleep, so a region's tasks reach it without a
-/// wake-up. The job that runs this was broadcast to the worker; any job it
-/// picks up runs on top of it and returns to it.
-fn poll_until(stop: &std::sync::atomic::AtomicBool) {
-    let mut idle = 0u32;
-    while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        match rayon::yield_now() {
-            Some(rayon::Yield::Executed) => idle = 0,
-            Some(rayon::Yield::Idle) => {
-                // Look less often the longer nothing comes (at most every
-                // ~64 pauses), sparing the shared queues.
-                idle = (idle + 1).min(64);
-                for _ in 0..idle {
-                    std::hint::spin_loop();
-                }
-            }
-            None => return,
-        }
-    }
-}
-
 /// Elements per task of `silu_mul`.
 const SILU_CHUNK: usize = 1 << 14;
 
@@ -874,22 +830,7 @@ impl Backend for CpuBackend {
     }
 
     fn within(&self, f: &mut (dyn FnMut() + Send)) {
-        self.pool.install(|| {
-            if !self.poll || self.threads < 2 {
-                return f();
-            }
-            // Every other worker polls the pool for work until `f` returns,
-            // so the pass's parallel regions find them awake.
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let _stop_at_exit = StopOnDrop(stop.clone());
-            let me = rayon::current_thread_index();
-            rayon::spawn_broadcast(move |ctx| {
-                if Some(ctx.index()) != me {
-                    poll_until(&stop);
-                }
-            });
-            f()
-        })
+        self.pool.install(f)
     }
 
     fn matmul(&self, w: &QMat<'_>, x: &[f32], n_tok: usize, y: &mut [f32]) {
@@ -1203,11 +1144,9 @@ mod tests {
             threads: Some(3),
             activations: Activations::F32,
             max_isa: None,
-            idle_workers_sleep: true,
         })
         .expect("backend");
         assert_eq!((be.threads(), be.activations()), (3, Activations::F32));
-        assert!(!be.poll);
         let be = CpuBackend::with_options(&CpuOptions::default()).expect("backend");
         assert_eq!(be.activations(), Activations::Int16);
         let at = CpuOptions {
@@ -1221,52 +1160,6 @@ mod tests {
 
     fn backend() -> CpuBackend {
         CpuBackend::new(Some(2)).expect("pool")
-    }
-
-    /// A pass run `within` the pool with the workers polling gives what it
-    /// gives with them sleeping, runs once, nests, survives a panic inside
-    /// it, and leaves the pool usable for the next pass.
-    #[test]
-    fn within_with_polling_workers() {
-        let mk = |sleep| {
-            CpuBackend::with_options(&CpuOptions {
-                threads: Some(3),
-                idle_workers_sleep: sleep,
-                ..CpuOptions::default()
-            })
-            .expect("backend")
-        };
-        let (poll, sleep) = (mk(false), mk(true));
-        assert!(poll.poll && !sleep.poll);
-        let mut r = Rng(21);
-        let (n_in, n_out, n_tok) = (64, 300, 3);
-        let wf = r.vec(n_in * n_out);
-        let x = r.vec(n_in * n_tok);
-        let bf = bf16_bytes(&wf);
-        let w = QMat::new(GgmlType::BF16, n_in, n_out, &bf).expect("qmat");
-        let pass = |be: &CpuBackend| {
-            let mut calls = 0;
-            let mut y = vec![0f32; n_tok * n_out];
-            let mut inner = vec![0f32; n_out];
-            be.within(&mut || {
-                calls += 1;
-                be.matmul(&w, &x, n_tok, &mut y);
-                be.within(&mut || be.matmul(&w, &x[..n_in], 1, &mut inner));
-                let s: f32 = (0..1000).into_par_iter().map(|i| i as f32).sum();
-                assert_eq!(s, 499_500.0);
-            });
-            (calls, y, inner)
-        };
-        let want = pass(&sleep);
-        for _ in 0..50 {
-            assert_eq!(pass(&poll), want);
-        }
-        assert_eq!(want.0, 1);
-        let hit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            poll.within(&mut || panic!("inside the pass"))
-        }));
-        assert!(hit.is_err());
-        assert_eq!(pass(&poll), want);
     }
 
     #[test]

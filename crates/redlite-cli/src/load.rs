@@ -62,13 +62,6 @@ pub struct LoadArgs {
     /// experts keep the file's layout). Not with --f32-activations or on a GPU.
     #[arg(long, help_heading = "Kernels")]
     pub no_repack: bool,
-    /// Let the CPU's idle worker threads sleep between the operations of a forward pass
-    /// (as between requests) instead of polling for work until the pass ends. Polling
-    /// starts each of the hundreds of parallel regions of a decode step without waking
-    /// sleeping threads (tens of microseconds each on some machines, more with more
-    /// cores); sleeping spares CPU time while one thread works alone.
-    #[arg(long, help_heading = "Kernels")]
-    pub no_poll: bool,
     /// The highest SIMD level the CPU kernels use: `scalar`, `avx2` or `avx512` (default:
     /// the best this CPU has; a level above it is lowered to it). For comparisons: the
     /// levels' kernels agree to f32 rounding.
@@ -311,7 +304,6 @@ impl LoadArgs {
                 Activations::Int16
             },
             max_isa: self.isa,
-            idle_workers_sleep: self.no_poll,
         }
     }
 

@@ -474,8 +474,8 @@ impl Model {
     }
 
     /// `f` run where the backend's operations run ([`Backend::within`]);
-    /// a device's pass runs on the caller's thread, leaving the CPU pool
-    /// idle (its workers would otherwise poll for work the whole pass).
+    /// a device's pass runs on the caller's thread (it uses no CPU
+    /// operation), leaving the CPU pool idle.
     fn within<R: Send>(&self, mut f: impl FnMut() -> R + Send) -> R {
         if self.device.is_some() {
             return f();
