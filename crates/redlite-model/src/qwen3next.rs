@@ -729,7 +729,7 @@ fn moe(
         (Some(a), Some(b)) => (a, b),
         _ => unreachable!("linear_group returns one output per matrix"),
     };
-    par::zip_mut(&mut act, &up, |a, b| *a = silu(*a) * b);
+    be.silu_mul(&mut act, &up);
     tr.inputs(f, &[&w.sh_down], t, &act);
     if let Some(o) = tr.0.as_deref_mut() {
         o.matmul_input(&format!("blk.{il}.ffn_gate_inp_shexp.weight"), None, t, h);
